@@ -1,0 +1,23 @@
+# Install rules and the package config: find_package(rotary CONFIG) after `cmake --install`, and
+# the build tree exported for find_package without installing.
+include(CMakePackageConfigHelpers)
+set(ROTARY_CMAKE_DIR "${CMAKE_INSTALL_DATADIR}/cmake/rotary")  # header-only: arch independent
+
+install(TARGETS rotary EXPORT rotaryTargets)
+install(DIRECTORY include/rotary DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}")
+install(EXPORT rotaryTargets NAMESPACE rotary:: DESTINATION "${ROTARY_CMAKE_DIR}")
+
+configure_package_config_file(cmake/rotaryConfig.cmake.in
+  "${PROJECT_BINARY_DIR}/rotaryConfig.cmake" INSTALL_DESTINATION "${ROTARY_CMAKE_DIR}")
+if(CMAKE_VERSION VERSION_LESS 3.14)
+  write_basic_package_version_file("${PROJECT_BINARY_DIR}/rotaryConfigVersion.cmake"
+    COMPATIBILITY SameMajorVersion)
+else()
+  write_basic_package_version_file("${PROJECT_BINARY_DIR}/rotaryConfigVersion.cmake"
+    COMPATIBILITY SameMajorVersion ARCH_INDEPENDENT)
+endif()
+install(FILES "${PROJECT_BINARY_DIR}/rotaryConfig.cmake" "${PROJECT_BINARY_DIR}/rotaryConfigVersion.cmake"
+        DESTINATION "${ROTARY_CMAKE_DIR}")
+install(FILES LICENSE DESTINATION "${CMAKE_INSTALL_DATADIR}/doc/rotary")
+
+export(EXPORT rotaryTargets NAMESPACE rotary:: FILE "${PROJECT_BINARY_DIR}/rotaryTargets.cmake")

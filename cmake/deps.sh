@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs the Debian packages rotary's builds need, if any is missing.
+# Usage: cmake/deps.sh [tests|bench|cross]...   (no argument: tests)
+set -euo pipefail
+
+pkgs=(cmake g++ libeigen3-dev)
+for what in "${@:-tests}"; do
+  case "$what" in
+    tests) pkgs+=(clang googletest libgtest-dev libbenchmark-dev) ;;
+    bench) pkgs+=(libbenchmark-dev) ;;
+    cross) pkgs+=(g++-aarch64-linux-gnu qemu-user libgtest-dev googletest) ;;
+    *) echo "deps.sh: unknown set '$what' (tests|bench|cross)" >&2; exit 2 ;;
+  esac
+done
+
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "rotary: missing Debian packages: ${missing[*]}" >&2
+  echo "rotary: install them with: sudo apt-get install -y ${missing[*]}" >&2
+  exit 1
+fi
+echo "rotary: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

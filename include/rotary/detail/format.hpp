@@ -1,0 +1,22 @@
+// Message helpers for rotary::error: every message names the argument and shows its value.
+#ifndef ROTARY_DETAIL_FORMAT_HPP
+#define ROTARY_DETAIL_FORMAT_HPP
+
+#include "guard.hpp"
+
+#include <sstream>
+#include <string>
+
+namespace rotary::detail {
+
+template <class... Parts>
+std::string concat(const Parts&... parts) {
+  std::ostringstream os;
+  os.precision(17);
+  (os << ... << parts);
+  return os.str();
+}
+
+}  // namespace rotary::detail
+
+#endif  // ROTARY_DETAIL_FORMAT_HPP

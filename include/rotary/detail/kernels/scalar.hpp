@@ -1,0 +1,78 @@
+// Scalar kernels: the bit-exact reference for every SIMD kernel.
+//
+// One pair (x0, x1) with cos c and sin s (s negated for the inverse rotation, which is exact):
+//   y0 = fma(x0, c, -(x1 * s))      y1 = fma(x1, c, x0 * s)
+// The product x1*s (resp. x0*s) is rounded, then one fused multiply-add. This operation order is
+// fixed: x86 fmaddsub(x, c, swap(x) * s) and NEON vfma/vfms compute exactly the same values, so the
+// SIMD kernels must equal these bit for bit.
+#ifndef ROTARY_DETAIL_KERNELS_SCALAR_HPP
+#define ROTARY_DETAIL_KERNELS_SCALAR_HPP
+
+#include "../guard.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "../kernel_args.hpp"
+
+namespace rotary::detail::scalar {
+
+template <class T>
+inline void rotate_pair(T x0, T x1, T c, T s, T& y0, T& y1) noexcept {
+  y0 = std::fma(x0, c, -(x1 * s));
+  y1 = std::fma(x1, c, x0 * s);
+}
+
+// One head row. cs = [cos_0..cos_{h-1}, sin_0..sin_{h-1}], h = rotary_dim/2; sign = +1 or -1.
+// `in` and `out` are the same row or do not overlap.
+template <class T>
+inline void rotate_row(Pairing pairing, const T* cs, std::int64_t h, T sign, const T* in, T* out) noexcept {
+  const T* c = cs;
+  const T* s = cs + h;
+  if (pairing == Pairing::half_split) {
+    for (std::int64_t j = 0; j < h; ++j) {
+      T y0;
+      T y1;
+      rotate_pair(in[j], in[j + h], c[j], sign * s[j], y0, y1);
+      out[j] = y0;
+      out[j + h] = y1;
+    }
+  } else {
+    for (std::int64_t j = 0; j < h; ++j) {
+      T y0;
+      T y1;
+      rotate_pair(in[2 * j], in[2 * j + 1], c[j], sign * s[j], y0, y1);
+      out[2 * j] = y0;
+      out[2 * j + 1] = y1;
+    }
+  }
+}
+
+// Copies the pass-through coordinates [rotary_dim, head_dim) unless rotating in place.
+template <class T>
+inline void copy_tail(const T* in, T* out, std::int64_t rotary_dim, std::int64_t head_dim) noexcept {
+  if (in != out && head_dim > rotary_dim)
+    std::memcpy(out + rotary_dim, in + rotary_dim,
+                static_cast<std::size_t>(head_dim - rotary_dim) * sizeof(T));
+}
+
+// Tokens [t0, t1) of a call: each token's cos/sin row is looked up once and used for all its heads.
+template <class T>
+inline void rotate_tokens(const KernelArgs<T>& a, std::int64_t t0, std::int64_t t1) noexcept {
+  const std::int64_t h = a.rotary_dim / 2;
+  const T sign = a.inverse ? T(-1) : T(1);
+  for (std::int64_t t = t0; t < t1; ++t) {
+    const T* cs = a.cos_sin_row(t);
+    for (std::int64_t head = 0; head < a.heads; ++head) {
+      const T* in = a.in_row(t, head);
+      T* out = a.out_row(t, head);
+      rotate_row(a.pairing, cs, h, sign, in, out);
+      copy_tail(in, out, a.rotary_dim, a.head_dim);
+    }
+  }
+}
+
+}  // namespace rotary::detail::scalar
+
+#endif  // ROTARY_DETAIL_KERNELS_SCALAR_HPP

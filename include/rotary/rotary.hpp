@@ -1,0 +1,15 @@
+// rotary — umbrella header: the whole public API.
+#ifndef ROTARY_ROTARY_HPP
+#define ROTARY_ROTARY_HPP
+
+#include "version.hpp"     // IWYU pragma: export
+#include "config.hpp"      // IWYU pragma: export
+#include "types.hpp"       // IWYU pragma: export
+#include "frequencies.hpp" // IWYU pragma: export
+#include "cache.hpp"       // IWYU pragma: export
+#include "positions.hpp"   // IWYU pragma: export
+#include "rope.hpp"        // IWYU pragma: export
+#include "apply.hpp"       // IWYU pragma: export
+#include "reference.hpp"   // IWYU pragma: export
+
+#endif  // ROTARY_ROTARY_HPP

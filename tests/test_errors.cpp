@@ -1,0 +1,3 @@
+#include <gtest/gtest.h>
+#include <rotary/rotary.hpp>
+TEST(Stub, errors) { SUCCEED(); }
