@@ -28,6 +28,10 @@
 
 namespace rotary {
 
+// Whether cos and sin carry the attention factor of the frequencies (HF folds it in: logits scale by
+// its square) or leave it to the caller (who may scale q, or the logits, instead).
+enum class AttentionFactor { fold, separate };
+
 template <class T>
 class CosSinCache {
   static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
@@ -36,11 +40,10 @@ class CosSinCache {
  public:
   CosSinCache() = default;
 
-  // Rows for positions [begin, end). With fold_attention_factor (HF's behaviour), cos and sin are
-  // multiplied by f.attention_factor; otherwise the caller applies it (e.g. to the logits).
+  // Rows for positions [begin, end).
   CosSinCache(const Frequencies& f, std::int64_t begin, std::int64_t end,
-              bool fold_attention_factor = true)
-      : theta_(f.theta), attention_factor_(f.attention_factor), folded_(fold_attention_factor),
+              AttentionFactor factor = AttentionFactor::fold)
+      : theta_(f.theta), attention_factor_(f.attention_factor), folded_(factor == AttentionFactor::fold),
         begin_(begin), end_(end) {
     using detail::concat;
     f.validate();
@@ -52,13 +55,12 @@ class CosSinCache {
   }
 
   // Rows for positions [0, end).
-  CosSinCache(const Frequencies& f, std::int64_t end, bool fold_attention_factor = true)
-      : CosSinCache(f, 0, end, fold_attention_factor) {}
+  CosSinCache(const Frequencies& f, std::int64_t end) : CosSinCache(f, 0, end) {}
 
   // Rows for an explicit set of positions (any order; duplicates are stored once). Lookups then
   // search the sorted list, so apply() accepts exactly these positions.
   static CosSinCache for_positions(const Frequencies& f, std::vector<std::int64_t> positions,
-                                   bool fold_attention_factor = true) {
+                                   AttentionFactor factor = AttentionFactor::fold) {
     using detail::concat;
     f.validate();
     std::sort(positions.begin(), positions.end());
@@ -68,7 +70,7 @@ class CosSinCache {
     CosSinCache c;
     c.theta_ = f.theta;
     c.attention_factor_ = f.attention_factor;
-    c.folded_ = fold_attention_factor;
+    c.folded_ = factor == AttentionFactor::fold;
     c.listed_mode_ = true;
     c.listed_ = std::move(positions);
     c.begin_ = c.listed_.empty() ? 0 : c.listed_.front();

@@ -5,9 +5,9 @@
 // held as a double-double (about 106 bits), m is split into two 32-bit halves that are exact in a
 // double, each partial product is formed exactly with fma (TwoProduct), and only the fractional
 // part of every piece is kept. The sum of those fractions, reduced to [-1/2, 1/2) turns, is accurate
-// to about 2^-50 turns for |m| < 2^63; converting it to radians and calling sin/cos in double then
-// gives values within one double ulp of the truth, i.e. correctly rounded to float except on
-// near-ties.
+// to about 2^-100 turns (pieces accumulated in double-double); converting it to radians and calling
+// sin/cos in double (with a first-order correction for the low part) gives values within about one
+// double ulp of the truth, i.e. correctly rounded to float except on near-ties.
 #ifndef ROTARY_DETAIL_EXACT_ANGLE_HPP
 #define ROTARY_DETAIL_EXACT_ANGLE_HPP
 
@@ -38,33 +38,64 @@ inline Turns to_turns(double theta) noexcept {
   return {s, lo - (s - hi)};
 }
 
-// x - floor(x) is exact in binary floating point: the result is a subset of x's significand bits.
-inline double frac(double x) noexcept { return x - std::floor(x); }
+// x minus the nearest integer: exact in binary floating point (the result keeps a subset of x's
+// significand bits), and in [-1/2, 1/2] so small pieces stay small.
+inline double centred_frac(double x) noexcept { return x - std::nearbyint(x); }
 
-// Fractional part of a*b (both doubles), exactly as far as a double holds it.
-inline double frac_product(double a, double b) noexcept {
-  const double p = a * b;
-  const double e = std::fma(a, b, -p);
-  return frac(p) + frac(e);
+// Error-free sum: a + b = s + e exactly (Knuth's TwoSum, no ordering assumption).
+inline void two_sum(double a, double b, double& s, double& e) noexcept {
+  s = a + b;
+  const double bb = s - a;
+  e = (a - (s - bb)) + (b - bb);
 }
 
-// The angle m * (2 pi f) reduced to [-pi, pi), in radians, as a double.
-inline double reduced_angle(std::int64_t m, Turns f) noexcept {
+// Accumulates fractional pieces of the product in double-double, keeping only the fraction.
+struct TurnAccumulator {
+  double hi = 0.0;
+  double lo = 0.0;
+  void add(double x) noexcept {
+    double s = 0.0;
+    double e = 0.0;
+    two_sum(hi, centred_frac(x), s, e);
+    hi = centred_frac(s);
+    lo += e;
+  }
+  // a*b as the exact pair (p, e) with fma, both pieces reduced.
+  void add_product(double a, double b) noexcept {
+    const double p = a * b;
+    add(p);
+    add(std::fma(a, b, -p));
+  }
+};
+
+// The angle m * (2 pi f) reduced to about [-pi, pi], in radians, as a double-double hi + lo.
+inline void reduced_angle(std::int64_t m, Turns f, double& hi, double& lo) noexcept {
   // m = mh * 2^32 + ml with 0 <= ml < 2^32 and |mh| <= 2^31: both halves are exact doubles.
   const auto um = static_cast<std::uint64_t>(m);
   const double ml = static_cast<double>(um & 0xffffffffu);
   const double mh = std::ldexp(static_cast<double>(static_cast<std::int32_t>(um >> 32)), 32);
-  double t = frac_product(mh, f.hi) + frac_product(mh, f.lo) + frac_product(ml, f.hi) +
-             frac(ml * f.lo);
-  t = frac(t);               // [0, 1)
-  if (t >= 0.5) t -= 1.0;    // [-1/2, 1/2): exact
-  return std::fma(t, kTwoPiHi, t * kTwoPiLo);
+  TurnAccumulator t;
+  t.add_product(mh, f.hi);
+  t.add_product(mh, f.lo);
+  t.add_product(ml, f.hi);
+  t.add(ml * f.lo);  // < 2^-21 in size: its rounding error is below 2^-74 turns
+  double th = 0.0;
+  double tl = 0.0;
+  two_sum(t.hi, t.lo, th, tl);
+  // (th + tl) * (kTwoPiHi + kTwoPiLo), dropping the tl * kTwoPiLo term (< 2^-100).
+  hi = th * kTwoPiHi;
+  lo = std::fma(th, kTwoPiHi, -hi) + (th * kTwoPiLo + tl * kTwoPiHi);
 }
 
+// sin and cos of m * 2 pi f: sin(hi + lo) = sin(hi) + cos(hi) lo to first order (lo < 2^-50).
 inline void exact_sincos(std::int64_t m, Turns f, double& s, double& c) noexcept {
-  const double a = reduced_angle(m, f);
-  s = std::sin(a);
-  c = std::cos(a);
+  double hi = 0.0;
+  double lo = 0.0;
+  reduced_angle(m, f, hi, lo);
+  const double sh = std::sin(hi);
+  const double ch = std::cos(hi);
+  s = std::fma(ch, lo, sh);
+  c = std::fma(-sh, lo, ch);
 }
 
 }  // namespace rotary::detail

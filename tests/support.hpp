@@ -1,0 +1,86 @@
+// Shared helpers for rotary's tests: seeded random data, ulp arithmetic, shapes.
+#ifndef ROTARY_TESTS_SUPPORT_HPP
+#define ROTARY_TESTS_SUPPORT_HPP
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <rotary/rotary.hpp>
+
+namespace rotary_test {
+
+// Every random test draws from this seed; ROTARY_TEST_SEED overrides it, and failures print it.
+inline std::uint64_t seed() {
+  static const std::uint64_t s = [] {
+    const char* env = std::getenv("ROTARY_TEST_SEED");
+    return env ? std::strtoull(env, nullptr, 10) : std::uint64_t{20261121};
+  }();
+  return s;
+}
+
+inline std::string seed_note() { return "(ROTARY_TEST_SEED=" + std::to_string(seed()) + ")"; }
+
+// Head sizes covering every remainder modulo 4, 8 and 16 lanes (MLAS tests 6/42/70 on purpose).
+inline const std::vector<std::int64_t>& head_dims() {
+  static const std::vector<std::int64_t> v = {2,  4,  6,  8,  14, 16, 18, 30,  32,  34,
+                                              42, 62, 64, 66, 70, 96, 128, 130, 256};
+  return v;
+}
+
+// rotary_dim = fraction * head_dim rounded down to even, at least 2.
+inline std::int64_t rotary_dim_for(std::int64_t head_dim, double fraction) {
+  auto d = static_cast<std::int64_t>(fraction * static_cast<double>(head_dim));
+  d -= d % 2;
+  return d < 2 ? 2 : d;
+}
+
+// ulp of a float/double of magnitude |v| (the spacing at v; ulp(0) = smallest normal spacing).
+template <class T>
+double ulp(double v) {
+  v = std::fabs(v);
+  const double tiny = std::numeric_limits<T>::min();
+  if (v < tiny) v = tiny;
+  int e = 0;
+  std::frexp(v, &e);  // v = f * 2^e, f in [0.5, 1)
+  return std::ldexp(1.0, e - std::numeric_limits<T>::digits);
+}
+
+template <class T>
+std::vector<T> random_vector(std::size_t n, std::mt19937_64& rng, double lo = -2.0, double hi = 2.0) {
+  std::uniform_real_distribution<double> d(lo, hi);
+  std::vector<T> v(n);
+  for (auto& x : v) x = static_cast<T>(d(rng));
+  return v;
+}
+
+// Random positions in [0, max_position], always including the end points 0 and max_position.
+inline std::vector<std::int64_t> random_positions(std::size_t n, std::int64_t max_position,
+                                                  std::mt19937_64& rng) {
+  std::uniform_int_distribution<std::int64_t> d(0, max_position);
+  std::vector<std::int64_t> v(n);
+  for (auto& p : v) p = d(rng);
+  if (n > 0) v[0] = max_position;
+  if (n > 1) v[1] = 0;
+  return v;
+}
+
+// cos/sin of the cache row for `position`, widened to double.
+template <class T>
+void cache_row(const rotary::CosSinCache<T>& c, std::int64_t position, std::vector<double>& cos,
+               std::vector<double>& sin) {
+  const T* r = c.row(position);
+  const auto h = static_cast<std::size_t>(c.pairs());
+  cos.assign(r, r + h);
+  sin.assign(r + h, r + 2 * h);
+}
+
+}  // namespace rotary_test
+
+#endif  // ROTARY_TESTS_SUPPORT_HPP
