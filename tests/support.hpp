@@ -9,10 +9,17 @@
 #include <cstdlib>
 #include <limits>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include <rotary/rotary.hpp>
+
+#if defined(__unix__) || defined(__APPLE__)
+#include <sys/mman.h>
+#include <unistd.h>
+#define ROTARY_TEST_HAVE_MMAN 1
+#endif
 
 namespace rotary_test {
 
@@ -80,6 +87,40 @@ void cache_row(const rotary::CosSinCache<T>& c, std::int64_t position, std::vect
   cos.assign(r, r + h);
   sin.assign(r + h, r + 2 * h);
 }
+
+#if ROTARY_TEST_HAVE_MMAN
+// n elements that end exactly at a PROT_NONE page (and start right after another): any access past
+// either end of the buffer faults (MLAS's MatrixGuardBuffer idea).
+template <class T>
+class GuardedBuffer {
+ public:
+  explicit GuardedBuffer(std::size_t n) : n_(n) {
+    page_ = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+    const std::size_t bytes = n * sizeof(T);
+    body_ = (bytes + page_ - 1) / page_ * page_;
+    total_ = body_ + 2 * page_;
+    void* p = mmap(nullptr, total_, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::runtime_error("mmap failed");
+    base_ = static_cast<char*>(p);
+    if (body_ > 0 && mprotect(base_ + page_, body_, PROT_READ | PROT_WRITE) != 0)
+      throw std::runtime_error("mprotect failed");
+    data_ = reinterpret_cast<T*>(base_ + page_ + body_ - bytes);  // ends at the upper guard page
+  }
+  GuardedBuffer(const GuardedBuffer&) = delete;
+  GuardedBuffer& operator=(const GuardedBuffer&) = delete;
+  ~GuardedBuffer() { munmap(base_, total_); }
+  T* data() const noexcept { return data_; }
+  std::size_t size() const noexcept { return n_; }
+
+ private:
+  std::size_t n_ = 0;
+  std::size_t page_ = 0;
+  std::size_t body_ = 0;
+  std::size_t total_ = 0;
+  char* base_ = nullptr;
+  T* data_ = nullptr;
+};
+#endif
 
 }  // namespace rotary_test
 
