@@ -334,6 +334,12 @@ const std::vector<Impl<T>>& impls() {
       {"matrix", &prepare_matrix<T>, Expect::close, &matrix_fits<T>},
       {"eigen_expr", &prepare_eigen_expr<T>, Expect::close, nullptr},
       {"scalar", &prepare_kernel<T, &rotary::detail::scalar::rotate_tokens<T>>, Expect::reference, nullptr},
+#if ROTARY_X86_KERNELS
+      {"avx2", &prepare_kernel<T, &rotary::detail::avx2::rotate_tokens<T>>, Expect::bit_exact,
+       [](const Shape&) { return rotary::isa_supported(rotary::Isa::avx2); }},
+      {"avx512", &prepare_kernel<T, &rotary::detail::avx512::rotate_tokens<T>>, Expect::bit_exact,
+       [](const Shape&) { return rotary::isa_supported(rotary::Isa::avx512); }},
+#endif
       {"dispatch", &prepare_dispatch<T>, Expect::bit_exact, nullptr},
   };
   return table;
@@ -625,15 +631,11 @@ std::string build_description() {
 #else
   s += " without FMA instructions (std::fma is a libm call)";
 #endif
-#if defined(ROTARY_DISPATCH_HPP)  // runtime dispatch exists: say what `dispatch` ran
   try {
     s += "; dispatch runs " + std::string(rotary::to_string(rotary::active_isa()));
   } catch (const rotary::error& e) {
     s += std::string("; dispatch: ") + e.what();
   }
-#else
-  s += "; dispatch runs scalar";
-#endif
   return s;
 }
 

@@ -23,7 +23,10 @@
 #include "config.hpp"
 #include "detail/checks.hpp"
 #include "detail/kernel_args.hpp"
+#include "detail/kernels/avx2.hpp"
+#include "detail/kernels/avx512.hpp"
 #include "detail/kernels/scalar.hpp"
+#include "dispatch.hpp"
 #include "positions.hpp"
 #include "rope.hpp"
 #include "types.hpp"
@@ -101,8 +104,24 @@ inline std::string eigen_layout(Eigen::Index rows, Eigen::Index cols, Eigen::Ind
 }
 
 // The single place where a validated call reaches the kernels.
+// The kernel is chosen once per call (never per row) from active_isa(); every kernel gives the
+// same bits, so the choice only changes speed.
 template <class T>
 void run(const KernelArgs<T>& a) {
+#if ROTARY_X86_KERNELS
+  switch (active_isa()) {
+    case Isa::avx512:
+      avx512::rotate_tokens(a, 0, a.tokens);
+      return;
+    case Isa::avx2:
+      avx2::rotate_tokens(a, 0, a.tokens);
+      return;
+    default:
+      break;
+  }
+#else
+  (void)active_isa();  // still validates ROTARY_MAX_ISA
+#endif
   scalar::rotate_tokens(a, 0, a.tokens);
 }
 

@@ -22,6 +22,43 @@
 #define ROTARY_ARCH_AARCH64 0
 #endif
 
+// ---- SIMD: which kernels exist, and the attributes that compile them without -m flags ----------
+// The AVX2 and AVX-512 kernels live in every build for x86-64 with a GCC-compatible compiler
+// (g++, clang++): each function carries a target attribute, so a TU built for baseline x86-64 still
+// contains them, and runtime dispatch (dispatch.hpp) runs them only on CPUs that have the ISA.
+// Define ROTARY_NO_X86_KERNELS to compile only the scalar kernels.
+#if ROTARY_ARCH_X86_64 && defined(__GNUC__) && !defined(ROTARY_NO_X86_KERNELS)
+#define ROTARY_X86_KERNELS 1
+#else
+#define ROTARY_X86_KERNELS 0
+#endif
+
+#if defined(__GNUC__)
+#define ROTARY_ALWAYS_INLINE inline __attribute__((always_inline))
+#elif defined(_MSC_VER)
+#define ROTARY_ALWAYS_INLINE __forceinline
+#else
+#define ROTARY_ALWAYS_INLINE inline
+#endif
+
+// Target regions: empty when the TU's own flags already enable the whole feature set (the attribute
+// would change nothing) or when there are no x86 kernels. The feature sets are exactly the ISAs of
+// dispatch.hpp: avx2 = AVX2+FMA+F16C, avx512 = AVX-512 F+VL+BW+DQ (plus the avx2 set).
+// Lambdas and std:: functions do not inherit a target: intrinsics stay inside attributed functions.
+#if ROTARY_X86_KERNELS && !(defined(__AVX2__) && defined(__FMA__) && defined(__F16C__))
+#define ROTARY_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
+#else
+#define ROTARY_TARGET_AVX2
+#endif
+#if ROTARY_X86_KERNELS &&                                                                 \
+    !(defined(__AVX512F__) && defined(__AVX512VL__) && defined(__AVX512BW__) &&           \
+      defined(__AVX512DQ__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__))
+#define ROTARY_TARGET_AVX512 \
+  __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma,f16c")))
+#else
+#define ROTARY_TARGET_AVX512
+#endif
+
 // The exact cos/sin tables rely on IEEE double arithmetic with correctly rounded products and fma.
 // -ffast-math lets the compiler reassociate the error-free transformations away.
 #if defined(__FAST_MATH__) && !defined(ROTARY_ALLOW_FAST_MATH)

@@ -1,0 +1,88 @@
+// CPU features the kernels need, detected once per process.
+//
+// x86-64 with a GCC-compatible compiler: cpuid for the instruction sets plus xgetbv for the OS side
+// (a CPU may have AVX-512 while the OS does not save zmm/opmask state; the instructions then fault).
+// Other architectures and compilers report no features: their builds run the scalar kernels.
+#ifndef ROTARY_DETAIL_CPU_HPP
+#define ROTARY_DETAIL_CPU_HPP
+
+#include "guard.hpp"
+
+#if ROTARY_X86_KERNELS
+#include <cpuid.h>
+#endif
+
+namespace rotary::detail {
+
+struct CpuFeatures {
+  bool avx2 = false;
+  bool fma = false;
+  bool f16c = false;
+  bool avx512f = false;
+  bool avx512vl = false;
+  bool avx512bw = false;
+  bool avx512dq = false;
+  bool avx512bf16 = false;
+
+  // The feature sets behind Isa::avx2 and Isa::avx512 (dispatch.hpp).
+  bool avx2_set() const noexcept { return avx2 && fma && f16c; }
+  bool avx512_set() const noexcept { return avx2_set() && avx512f && avx512vl && avx512bw && avx512dq; }
+};
+
+#if ROTARY_X86_KERNELS
+inline unsigned long long read_xcr0() noexcept {
+  unsigned lo = 0;
+  unsigned hi = 0;
+  __asm__ __volatile__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (static_cast<unsigned long long>(hi) << 32) | lo;
+}
+#endif
+
+inline CpuFeatures detect_cpu_features() noexcept {
+  CpuFeatures f;
+#if ROTARY_X86_KERNELS
+  unsigned a = 0;
+  unsigned b = 0;
+  unsigned c = 0;
+  unsigned d = 0;
+  const unsigned max_leaf = __get_cpuid_max(0, nullptr);
+  if (max_leaf < 1) return f;
+  __cpuid(1, a, b, c, d);
+  const bool osxsave = (c >> 27) & 1u;
+  const bool avx = (c >> 28) & 1u;
+  const bool fma = (c >> 12) & 1u;
+  const bool f16c = (c >> 29) & 1u;
+  if (!osxsave || !avx) return f;
+  const unsigned long long xcr0 = read_xcr0();
+  const bool ymm_state = (xcr0 & 0x6u) == 0x6u;    // SSE + AVX state
+  const bool zmm_state = (xcr0 & 0xE6u) == 0xE6u;  // + opmask, ZMM_Hi256, Hi16_ZMM
+  if (!ymm_state) return f;
+  f.fma = fma;
+  f.f16c = f16c;
+  if (max_leaf < 7) return f;
+  __cpuid_count(7, 0, a, b, c, d);
+  const unsigned max_subleaf = a;
+  f.avx2 = (b >> 5) & 1u;
+  if (zmm_state) {
+    f.avx512f = (b >> 16) & 1u;
+    f.avx512dq = (b >> 17) & 1u;
+    f.avx512bw = (b >> 30) & 1u;
+    f.avx512vl = (b >> 31) & 1u;
+    if (max_subleaf >= 1) {
+      __cpuid_count(7, 1, a, b, c, d);
+      f.avx512bf16 = (a >> 5) & 1u;
+    }
+  }
+#endif
+  return f;
+}
+
+// Detected on first use; thread-safe (a function-local static).
+inline const CpuFeatures& cpu_features() noexcept {
+  static const CpuFeatures features = detect_cpu_features();
+  return features;
+}
+
+}  // namespace rotary::detail
+
+#endif  // ROTARY_DETAIL_CPU_HPP

@@ -1,0 +1,573 @@
+// SIMD kernels against the scalar reference, bit for bit, and the runtime ISA dispatch.
+//
+// Each SimdVsScalar test (ISA x dtype x pairing x direction x in/out of place) sweeps every shape:
+// head_dim with every remainder mod the lane widths, rotary_dim at 1/4..1 of it, 1/3/32 heads,
+// 1/3/17 tokens, padded strides in token-major and head-major layouts, base pointers one element
+// off alignment, random cached positions. Outputs must equal the scalar kernel's byte for byte,
+// pass-through coordinates must equal the input, and an out-of-place call must leave everything
+// outside its output rows (gaps between rows, slack before and after) untouched.
+// Set ROTARY_TEST_SEED to replay other random inputs; failures print the seed and the shape.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <rotary/dispatch.hpp>
+#include <rotary/rotary.hpp>
+
+#include "support.hpp"
+
+namespace {
+
+using rotary::Direction;
+using rotary::Isa;
+using rotary::Pairing;
+using rotary::detail::KernelArgs;
+
+constexpr Isa kAllIsas[] = {Isa::scalar, Isa::avx2, Isa::avx512, Isa::neon};
+
+// ---- kernels under test -------------------------------------------------------------------------
+
+template <class T>
+using Kernel = void (*)(const KernelArgs<T>&, std::int64_t, std::int64_t);
+
+template <class T>
+Kernel<T> kernel_for(Isa isa) {
+#if ROTARY_X86_KERNELS
+  if (isa == Isa::avx2) return &rotary::detail::avx2::rotate_tokens<T>;
+  if (isa == Isa::avx512) return &rotary::detail::avx512::rotate_tokens<T>;
+#endif
+  if (isa == Isa::scalar) return &rotary::detail::scalar::rotate_tokens<T>;
+  return nullptr;
+}
+
+// ---- parameters ---------------------------------------------------------------------------------
+
+enum class DType { f32, f64 };
+
+struct SimdCase {
+  Isa isa;
+  DType dtype;
+  Pairing pairing;
+  Direction dir;
+  bool in_place;
+};
+
+std::string case_name(const SimdCase& c) {
+  std::string s = std::string(rotary::to_string(c.pairing)) + (c.dtype == DType::f32 ? "_f32_" : "_f64_") +
+                  std::string(rotary::to_string(c.isa)) +
+                  (c.dir == Direction::forward ? "_forward" : "_inverse") +
+                  (c.in_place ? "_in_place" : "_out_of_place");
+  return s;
+}
+
+void PrintTo(const SimdCase& c, std::ostream* os) { *os << case_name(c); }
+
+std::vector<SimdCase> all_cases() {
+  std::vector<SimdCase> v;
+  for (const Isa isa : {Isa::avx2, Isa::avx512})
+    for (const DType dt : {DType::f32, DType::f64})
+      for (const Pairing p : {Pairing::half_split, Pairing::interleaved})
+        for (const Direction d : {Direction::forward, Direction::inverse})
+          for (const bool ip : {false, true}) v.push_back({isa, dt, p, d, ip});
+  return v;
+}
+
+std::uint64_t base_seed() { return rotary_test::seed(); }
+
+// ---- shapes -------------------------------------------------------------------------------------
+
+// The design list (every remainder mod 4, 8 and 16 lanes; MLAS's 6/42/70), plus 258 and 544: their
+// larger rotary_dims (h = rotary_dim/2 > 128) take the AVX-512 f32 half_split kernel's streaming path,
+// with a tail (h = 129, 136, 204) and without (h = 272).
+constexpr std::int64_t kHeadDims[] = {2,  4,  6,  8,  14, 16,  18,  30,  32,  34, 42,
+                                      62, 64, 66, 70, 96, 128, 130, 256, 258, 544};
+constexpr std::int64_t kHeads[] = {1, 3, 32};
+constexpr std::int64_t kTokens[] = {1, 3, 17};
+
+// rotary_dim at 1/4, 1/2, 3/4 and all of head_dim, rounded down to even, at least 2, deduplicated.
+std::vector<std::int64_t> rotary_dims(std::int64_t head_dim) {
+  std::vector<std::int64_t> v;
+  for (const std::int64_t quarters : {1, 2, 3, 4}) {
+    const std::int64_t d = std::max<std::int64_t>(2, (head_dim * quarters / 4) / 2 * 2);
+    if (std::find(v.begin(), v.end(), d) == v.end()) v.push_back(d);
+  }
+  return v;
+}
+
+struct Layout {
+  std::ptrdiff_t token_stride;
+  std::ptrdiff_t head_stride;
+  std::string describe() const {
+    return "token_stride " + std::to_string(token_stride) + ", head_stride " + std::to_string(head_stride);
+  }
+};
+
+// Padded strides: token-major ([tokens][heads][>head_dim]) or head-major ([heads][tokens][>head_dim]).
+Layout random_layout(std::mt19937_64& rng, std::int64_t tokens, std::int64_t heads, std::int64_t head_dim) {
+  std::uniform_int_distribution<std::ptrdiff_t> pad(1, 9);
+  std::ptrdiff_t row = head_dim + pad(rng);
+  if (rng() % 2 == 0) return {heads * row + pad(rng) - 1, row};
+  return {row, tokens * row + pad(rng) - 1};
+}
+
+// Number of elements from the first row's start to the last row's end.
+std::ptrdiff_t span(const Layout& l, std::int64_t tokens, std::int64_t heads, std::int64_t head_dim) {
+  return (tokens - 1) * l.token_stride + (heads - 1) * l.head_stride + head_dim;
+}
+
+// ---- buffers ------------------------------------------------------------------------------------
+
+template <class T>
+struct Bits;
+template <>
+struct Bits<float> {
+  using U = std::uint32_t;
+  static constexpr U sentinel = 0x7FA5A5A5u;  // a signalling NaN: no arithmetic produces it
+};
+template <>
+struct Bits<double> {
+  using U = std::uint64_t;
+  static constexpr U sentinel = 0x7FF4A5A5A5A5A5A5ull;
+};
+
+template <class T>
+T from_bits(typename Bits<T>::U u) {
+  T x;
+  std::memcpy(&x, &u, sizeof x);
+  return x;
+}
+template <class T>
+typename Bits<T>::U to_bits(T x) {
+  typename Bits<T>::U u;
+  std::memcpy(&u, &x, sizeof u);
+  return u;
+}
+
+// A view of `span` elements with `slack` sentinel elements on both sides, whose first element sits
+// one element past a 64-byte boundary (every vector access is unaligned).
+template <class T>
+class Buffer {
+ public:
+  static constexpr std::ptrdiff_t kSlack = 48;
+  explicit Buffer(std::ptrdiff_t span) : n_(span + 2 * kSlack) {
+    const std::size_t bytes = static_cast<std::size_t>(n_ + 1) * sizeof(T) + 64;
+    raw_.reset(new unsigned char[bytes]);
+    auto addr = reinterpret_cast<std::uintptr_t>(raw_.get());
+    addr = (addr + 63) / 64 * 64 + sizeof(T);
+    all_ = reinterpret_cast<T*>(addr);
+    fill_sentinel();
+  }
+  void fill_sentinel() {
+    for (std::ptrdiff_t i = 0; i < n_; ++i) all_[i] = from_bits<T>(Bits<T>::sentinel);
+  }
+  T* view() { return all_ + kSlack; }
+  T* all() { return all_; }
+  std::ptrdiff_t size() const { return n_; }
+  void copy_from(const Buffer& o) { std::memcpy(all_, o.all_, static_cast<std::size_t>(n_) * sizeof(T)); }
+
+ private:
+  std::ptrdiff_t n_;
+  std::unique_ptr<unsigned char[]> raw_;
+  T* all_;
+};
+
+// Mostly O(1) values, with some across the exponent range, signed zeros and subnormals (no NaN or
+// infinity: their payloads and signs are not part of the kernels' contract).
+template <class T>
+T random_value(std::mt19937_64& rng) {
+  // Uniform in [-4, 4); not std::uniform_real_distribution, which costs a logl per draw with clang.
+  const auto u = [&rng] { return static_cast<double>(rng() >> 11) * 0x1.0p-50 - 4.0; };
+  const unsigned kind = static_cast<unsigned>(rng() % 64);
+  if (kind == 0) return T(0);
+  if (kind == 1) return -T(0);
+  if (kind == 2) return static_cast<T>(u()) * std::numeric_limits<T>::denorm_min() * T(1000);
+  if (kind < 8) return static_cast<T>(std::ldexp(u(), static_cast<int>(rng() % 60) - 30));
+  return static_cast<T>(u());
+}
+
+// ---- caches -------------------------------------------------------------------------------------
+
+constexpr std::int64_t kCacheBegin = 1000003;  // large positions
+constexpr std::int64_t kCacheRows = 64;
+
+template <class T>
+const rotary::CosSinCache<T>& cache_for(std::int64_t rotary_dim) {
+  static std::map<std::int64_t, rotary::CosSinCache<T>> caches;
+  auto it = caches.find(rotary_dim);
+  if (it == caches.end())
+    it = caches
+             .emplace(rotary_dim, rotary::CosSinCache<T>(rotary::default_frequencies(rotary_dim, 10000.0),
+                                                         kCacheBegin, kCacheBegin + kCacheRows))
+             .first;
+  return it->second;
+}
+
+// ---- one shape ----------------------------------------------------------------------------------
+
+struct Shape {
+  std::int64_t head_dim, rotary_dim, heads, tokens;
+  Layout in, out;
+  std::string describe() const {
+    std::ostringstream s;
+    s << "head_dim " << head_dim << ", rotary_dim " << rotary_dim << ", heads " << heads << ", tokens "
+      << tokens << ", input {" << in.describe() << "}, output {" << out.describe() << "}";
+    return s.str();
+  }
+};
+
+// Where element i of a view lies: "token t, head h, coordinate j" or "outside the rows".
+std::string locate(std::ptrdiff_t i, const Layout& l, const Shape& s) {
+  for (std::int64_t t = 0; t < s.tokens; ++t)
+    for (std::int64_t h = 0; h < s.heads; ++h) {
+      const std::ptrdiff_t j = i - (t * l.token_stride + h * l.head_stride);
+      if (j >= 0 && j < s.head_dim)
+        return "token " + std::to_string(t) + ", head " + std::to_string(h) + ", coordinate " +
+               std::to_string(j) + (j >= s.rotary_dim ? " (pass-through)" : "");
+    }
+  return "outside the rows (element " + std::to_string(i) + " of the view)";
+}
+
+template <class T>
+std::string hex(T x) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%.17g (0x%llx)", static_cast<double>(x),
+                static_cast<unsigned long long>(to_bits(x)));
+  return b;
+}
+
+// Runs one shape; returns an empty string or a description of the first difference.
+template <class T>
+std::string check_shape(const SimdCase& c, Kernel<T> kernel, const Shape& s, std::mt19937_64& rng) {
+  const rotary::CosSinCache<T>& cache = cache_for<T>(s.rotary_dim);
+  std::vector<std::int64_t> pos(static_cast<std::size_t>(s.tokens));
+  for (auto& p : pos) p = kCacheBegin + static_cast<std::int64_t>(rng() % kCacheRows);
+
+  Buffer<T> in(span(s.in, s.tokens, s.heads, s.head_dim));
+  for (std::int64_t t = 0; t < s.tokens; ++t)
+    for (std::int64_t h = 0; h < s.heads; ++h)
+      for (std::int64_t j = 0; j < s.head_dim; ++j)
+        in.view()[t * s.in.token_stride + h * s.in.head_stride + j] = random_value<T>(rng);
+
+  KernelArgs<T> a;
+  a.tokens = s.tokens;
+  a.heads = s.heads;
+  a.head_dim = s.head_dim;
+  a.rotary_dim = s.rotary_dim;
+  a.pairing = c.pairing;
+  a.inverse = c.dir == Direction::inverse;
+  a.cache = &cache;
+  a.positions = rotary::Positions(pos);
+  a.in_token_stride = s.in.token_stride;
+  a.in_head_stride = s.in.head_stride;
+  const Layout& ol = c.in_place ? s.in : s.out;
+  a.out_token_stride = ol.token_stride;
+  a.out_head_stride = ol.head_stride;
+
+  // want: the scalar kernel's result; got: the kernel under test. Same starting bytes.
+  Buffer<T> want(c.in_place ? in.size() - 2 * Buffer<T>::kSlack : span(ol, s.tokens, s.heads, s.head_dim));
+  Buffer<T> got(want.size() - 2 * Buffer<T>::kSlack);
+  Buffer<T> in_copy(in.size() - 2 * Buffer<T>::kSlack);
+  if (c.in_place) {
+    want.copy_from(in);
+    got.copy_from(in);
+  }
+  in_copy.copy_from(in);
+
+  a.in = c.in_place ? want.view() : in.view();
+  a.out = want.view();
+  const std::string invalid = rotary::detail::check_call(a);
+  if (!invalid.empty()) return "bad test shape: " + invalid;
+  rotary::detail::scalar::rotate_tokens(a, 0, s.tokens);
+  a.in = c.in_place ? got.view() : in.view();
+  a.out = got.view();
+  kernel(a, 0, s.tokens);
+
+  if (!c.in_place && std::memcmp(in.all(), in_copy.all(), static_cast<std::size_t>(in.size()) * sizeof(T)))
+    return "the kernel wrote to its (const) input";
+  for (std::ptrdiff_t i = 0; i < got.size(); ++i) {
+    if (to_bits(got.all()[i]) == to_bits(want.all()[i])) continue;
+    const std::ptrdiff_t v = i - Buffer<T>::kSlack;
+    return "first difference at " + locate(v, ol, s) + ": got " + hex(got.all()[i]) + ", scalar " +
+           hex(want.all()[i]);
+  }
+  // Equal to scalar; now the contract itself: pass-through equals the input, nothing else written.
+  std::vector<bool> in_rows(static_cast<std::size_t>(got.size()), false);
+  for (std::int64_t t = 0; t < s.tokens; ++t)
+    for (std::int64_t h = 0; h < s.heads; ++h) {
+      const std::ptrdiff_t o = Buffer<T>::kSlack + t * ol.token_stride + h * ol.head_stride;
+      const T* x = in_copy.view() + t * s.in.token_stride + h * s.in.head_stride;
+      for (std::int64_t j = 0; j < s.head_dim; ++j) in_rows[static_cast<std::size_t>(o + j)] = true;
+      for (std::int64_t j = s.rotary_dim; j < s.head_dim; ++j)
+        if (to_bits(got.all()[o + j]) != to_bits(x[j]))
+          return "pass-through differs from the input at " + locate(o + j - Buffer<T>::kSlack, ol, s);
+    }
+  if (!c.in_place)
+    for (std::ptrdiff_t i = 0; i < got.size(); ++i)
+      if (!in_rows[static_cast<std::size_t>(i)] && to_bits(got.all()[i]) != Bits<T>::sentinel)
+        return "wrote outside the output rows at " + locate(i - Buffer<T>::kSlack, ol, s);
+  return {};
+}
+
+class SimdVsScalar : public ::testing::TestWithParam<SimdCase> {};
+
+template <class T>
+void sweep(const SimdCase& c) {
+  const Kernel<T> kernel = kernel_for<T>(c.isa);
+  ASSERT_NE(kernel, nullptr);
+  const std::uint64_t seed = base_seed() ^ std::hash<std::string>{}(case_name(c));
+  std::mt19937_64 rng(seed);
+  int shapes = 0;
+  for (const std::int64_t head_dim : kHeadDims)
+    for (const std::int64_t rotary_dim : rotary_dims(head_dim))
+      for (const std::int64_t heads : kHeads)
+        for (const std::int64_t tokens : kTokens) {
+          Shape s{head_dim, rotary_dim, heads, tokens, {}, {}};
+          s.in = random_layout(rng, tokens, heads, head_dim);
+          s.out = random_layout(rng, tokens, heads, head_dim);
+          const std::string failure = check_shape<T>(c, kernel, s, rng);
+          ++shapes;
+          if (!failure.empty()) {
+            ADD_FAILURE() << case_name(c) << ": " << failure << "\n  shape: " << s.describe()
+                          << "\n  seed: 0x" << std::hex << seed << std::dec << " "
+                          << rotary_test::seed_note();
+            return;  // one report per test, not hundreds
+          }
+        }
+  std::printf("[          ] %s: %d shapes bit-identical to scalar\n", case_name(c).c_str(), shapes);
+}
+
+TEST_P(SimdVsScalar, BitExact) {
+  const SimdCase c = GetParam();
+  if (!rotary::isa_supported(c.isa))
+    GTEST_SKIP() << "ISA " << rotary::to_string(c.isa) << " is not supported on this CPU/build";
+  if (c.dtype == DType::f32)
+    sweep<float>(c);
+  else
+    sweep<double>(c);
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, SimdVsScalar, ::testing::ValuesIn(all_cases()),
+                         [](const ::testing::TestParamInfo<SimdCase>& p) { return case_name(p.param); });
+
+#if ROTARY_TEST_HAVE_MMAN
+// Rows packed up to a PROT_NONE page: a vector access past the last row (a missing tail mask on an
+// input or output stream) faults. Reads past the cache's last row are left to the ASan run.
+template <class T>
+void guard_page_sweep(Isa isa) {
+  const Kernel<T> kernel = kernel_for<T>(isa);
+  for (const Pairing pairing : {Pairing::interleaved, Pairing::half_split})
+    for (const std::int64_t head_dim : kHeadDims)
+      for (const std::int64_t rotary_dim : rotary_dims(head_dim))
+        for (const bool in_place : {false, true}) {
+          const std::int64_t tokens = 3;
+          const std::int64_t heads = 3;
+          // The cache ends at its last position, which the last token uses.
+          const rotary::CosSinCache<T> cache(rotary::default_frequencies(rotary_dim, 10000.0), 0, tokens);
+          const auto n = static_cast<std::size_t>(tokens * heads * head_dim);
+          rotary_test::GuardedBuffer<T> in(n);
+          rotary_test::GuardedBuffer<T> out(n);
+          std::vector<T> want(n);
+          for (std::size_t i = 0; i < n; ++i) in.data()[i] = static_cast<T>(static_cast<int>(i % 7) - 3);
+          KernelArgs<T> a;
+          a.tokens = tokens;
+          a.heads = heads;
+          a.head_dim = head_dim;
+          a.rotary_dim = rotary_dim;
+          a.pairing = pairing;
+          a.cache = &cache;
+          a.in_token_stride = a.out_token_stride = heads * head_dim;
+          a.in_head_stride = a.out_head_stride = head_dim;
+          a.in = in.data();
+          a.out = want.data();
+          rotary::detail::scalar::rotate_tokens(a, 0, tokens);
+          a.out = in_place ? in.data() : out.data();
+          kernel(a, 0, tokens);
+          ASSERT_EQ(0, std::memcmp(a.out, want.data(), n * sizeof(T)))
+              << rotary::to_string(isa) << " " << rotary::to_string(pairing) << " head_dim " << head_dim
+              << " rotary_dim " << rotary_dim << (in_place ? " in place" : " out of place");
+        }
+}
+
+TEST(SimdGuardPages, RowsEndAtAGuardPage) {
+  int ran = 0;
+  for (const Isa isa : {Isa::avx2, Isa::avx512}) {
+    if (!rotary::isa_supported(isa)) continue;
+    guard_page_sweep<float>(isa);
+    guard_page_sweep<double>(isa);
+    ++ran;
+  }
+  if (ran == 0) GTEST_SKIP() << "no SIMD ISA (avx2, avx512) is supported on this CPU/build";
+}
+#endif
+
+// ---- dispatch -----------------------------------------------------------------------------------
+
+// Restores the active ISA when a test that calls set_max_isa ends.
+class IsaRestorer {
+ public:
+  IsaRestorer() : saved_(rotary::active_isa()) {}
+  ~IsaRestorer() { rotary::set_max_isa(saved_); }
+  IsaRestorer(const IsaRestorer&) = delete;
+  IsaRestorer& operator=(const IsaRestorer&) = delete;
+
+ private:
+  Isa saved_;
+};
+
+TEST(Dispatch, Names) {
+  for (const Isa isa : kAllIsas) EXPECT_EQ(rotary::parse_isa(rotary::to_string(isa)), isa);
+  EXPECT_EQ(rotary::to_string(Isa::avx512), "avx512");
+  try {
+    rotary::parse_isa("sse2");
+    ADD_FAILURE() << "parse_isa(\"sse2\") did not throw";
+  } catch (const rotary::error& e) {
+    EXPECT_NE(std::string(e.what()).find("isa (\"sse2\")"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(rotary::parse_isa("AVX2"), rotary::error);
+  EXPECT_THROW(rotary::parse_isa(""), rotary::error);
+}
+
+TEST(Dispatch, Supported) {
+  const rotary::detail::CpuFeatures& f = rotary::detail::cpu_features();
+  std::printf("[          ] cpu: avx2 %d fma %d f16c %d avx512 f %d vl %d bw %d dq %d bf16 %d; best isa %s\n",
+              f.avx2, f.fma, f.f16c, f.avx512f, f.avx512vl, f.avx512bw, f.avx512dq, f.avx512bf16,
+              std::string(rotary::to_string(rotary::best_isa())).c_str());
+  EXPECT_TRUE(rotary::isa_supported(Isa::scalar));
+  EXPECT_FALSE(rotary::isa_supported(Isa::neon));  // no NEON kernels yet
+  EXPECT_TRUE(rotary::isa_supported(rotary::best_isa()));
+  EXPECT_EQ(rotary::isa_supported(Isa::avx2), ROTARY_X86_KERNELS && f.avx2_set());
+  EXPECT_EQ(rotary::isa_supported(Isa::avx512), ROTARY_X86_KERNELS && f.avx512_set());
+  if (rotary::isa_supported(Isa::avx512)) {
+    EXPECT_TRUE(rotary::isa_supported(Isa::avx2));
+  }
+  for (const Isa isa : kAllIsas)
+    if (rotary::isa_supported(isa)) {
+      EXPECT_NE(kernel_for<float>(isa), nullptr) << rotary::to_string(isa);
+      EXPECT_LE(static_cast<int>(isa), static_cast<int>(rotary::best_isa())) << rotary::to_string(isa);
+    }
+}
+
+TEST(Dispatch, SetMaxIsa) {
+  IsaRestorer restore;
+  for (const Isa isa : kAllIsas) {
+    if (rotary::isa_supported(isa)) {
+      rotary::set_max_isa(isa);
+      EXPECT_EQ(rotary::active_isa(), isa);
+    } else {
+      const Isa before = rotary::active_isa();
+      try {
+        rotary::set_max_isa(isa);
+        ADD_FAILURE() << "set_max_isa(" << rotary::to_string(isa) << ") did not throw";
+      } catch (const rotary::error& e) {
+        EXPECT_NE(std::string(e.what()).find(std::string(rotary::to_string(isa))), std::string::npos)
+            << e.what();
+      }
+      EXPECT_EQ(rotary::active_isa(), before) << "a failed set_max_isa changed the active ISA";
+    }
+  }
+}
+
+// Through the public API: each selectable ISA gives the scalar kernel's bits.
+TEST(Dispatch, ApplyUsesEachIsa) {
+  IsaRestorer restore;
+  for (const Pairing p : {Pairing::half_split, Pairing::interleaved}) {
+    const rotary::Rope<float> rope(rotary::RotarySpec(70, p, 10000.0, 50), 40);
+    const std::int64_t tokens = 9;
+    const std::int64_t heads = 5;
+    std::mt19937_64 rng(7);
+    rotary::RowMatrix<float> x(tokens * heads, 70);
+    for (Eigen::Index i = 0; i < x.size(); ++i) x.data()[i] = random_value<float>(rng);
+    rotary::RowMatrix<float> want(x.rows(), x.cols());
+    KernelArgs<float> a =
+        rotary::detail::make_args(rope, x.data(), rotary::StridedLayout{tokens, heads, heads * 70, 70},
+                                  want.data(), rotary::StridedLayout{tokens, heads, heads * 70, 70},
+                                  rotary::Positions::contiguous(3), Direction::forward);
+    rotary::detail::scalar::rotate_tokens(a, 0, tokens);
+    for (const Isa isa : kAllIsas) {
+      if (!rotary::isa_supported(isa)) continue;
+      rotary::set_max_isa(isa);
+      rotary::RowMatrix<float> got(x.rows(), x.cols());
+      rotary::apply(rope, x, got, rotary::Positions::contiguous(3), heads);
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), sizeof(float) * static_cast<std::size_t>(x.size())), 0)
+          << rotary::to_string(isa) << " " << rotary::to_string(p);
+    }
+  }
+}
+
+// ROTARY_MAX_ISA is read at a process's first dispatch, so each check runs in a fresh process: the
+// threadsafe death-test style re-executes this binary for the statement. Exit code: the active ISA,
+// or 42 after printing the rotary::error.
+[[noreturn]] void exit_with_active_isa(const char* env_value, bool via_apply) {
+  setenv("ROTARY_MAX_ISA", env_value, 1);
+  try {
+    if (via_apply) {
+      const rotary::Rope<float> rope(rotary::RotarySpec(8), 4);
+      std::vector<float> x(8, 1.0f);
+      rotary::apply_strided(rope, x.data(), rotary::StridedLayout{1, 1, 8, 8},
+                            rotary::Positions::contiguous(1));
+    }
+    std::exit(static_cast<int>(rotary::active_isa()));
+  } catch (const rotary::error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    std::exit(42);
+  }
+}
+
+TEST(Dispatch, EnvironmentVariable) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  using ::testing::ExitedWithCode;
+  for (const Isa isa : kAllIsas) {
+    const std::string name(rotary::to_string(isa));
+    if (rotary::isa_supported(isa)) {
+      EXPECT_EXIT(exit_with_active_isa(name.c_str(), false), ExitedWithCode(static_cast<int>(isa)), "")
+          << name;
+      EXPECT_EXIT(exit_with_active_isa(name.c_str(), true), ExitedWithCode(static_cast<int>(isa)), "")
+          << name;
+    } else {  // e.g. neon on x86-64: an error, not a silent fallback
+      EXPECT_EXIT(exit_with_active_isa(name.c_str(), false), ExitedWithCode(42),
+                  "ROTARY_MAX_ISA \\(\"" + name + "\"\\).*not supported")
+          << name;
+      EXPECT_EXIT(exit_with_active_isa(name.c_str(), true), ExitedWithCode(42), "ROTARY_MAX_ISA") << name;
+    }
+  }
+  EXPECT_EXIT(exit_with_active_isa("avx1024", false), ExitedWithCode(42), "ROTARY_MAX_ISA \\(\"avx1024\"\\)");
+  EXPECT_EXIT(exit_with_active_isa("avx1024", true), ExitedWithCode(42), "ROTARY_MAX_ISA \\(\"avx1024\"\\)");
+  EXPECT_EXIT(exit_with_active_isa("", false), ExitedWithCode(static_cast<int>(rotary::best_isa())), "");
+}
+
+// set_max_isa() overrides the environment, even an invalid one.
+[[noreturn]] void exit_after_set_max_isa(const char* env_value, Isa isa) {
+  setenv("ROTARY_MAX_ISA", env_value, 1);
+  try {
+    rotary::set_max_isa(isa);
+    std::exit(static_cast<int>(rotary::active_isa()));
+  } catch (const rotary::error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    std::exit(42);
+  }
+}
+
+TEST(Dispatch, SetMaxIsaOverridesEnvironment) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  using ::testing::ExitedWithCode;
+  EXPECT_EXIT(exit_after_set_max_isa("scalar", rotary::best_isa()),
+              ExitedWithCode(static_cast<int>(rotary::best_isa())), "");
+  EXPECT_EXIT(exit_after_set_max_isa("bogus", Isa::scalar), ExitedWithCode(static_cast<int>(Isa::scalar)),
+              "");
+}
+
+}  // namespace
