@@ -264,18 +264,18 @@ std::string check_shape(const SimdCase& c, Kernel<T> kernel, const Shape& s, std
 
   KernelArgs<T> a;
   a.tokens = s.tokens;
-  a.heads = s.heads;
+  a.q.heads = s.heads;
   a.head_dim = s.head_dim;
   a.rotary_dim = s.rotary_dim;
   a.pairing = c.pairing;
   a.inverse = c.dir == Direction::inverse;
   a.cache = &cache;
   a.positions = rotary::Positions(pos);
-  a.in_token_stride = s.in.token_stride;
-  a.in_head_stride = s.in.head_stride;
+  a.q.in_token_stride = s.in.token_stride;
+  a.q.in_head_stride = s.in.head_stride;
   const Layout& ol = c.in_place ? s.in : s.out;
-  a.out_token_stride = ol.token_stride;
-  a.out_head_stride = ol.head_stride;
+  a.q.out_token_stride = ol.token_stride;
+  a.q.out_head_stride = ol.head_stride;
 
   // want: the scalar kernel's result; got: the kernel under test. Same starting bytes.
   Buffer<T> want(c.in_place ? in.size() - 2 * Buffer<T>::kSlack : span(ol, s.tokens, s.heads, s.head_dim));
@@ -287,13 +287,13 @@ std::string check_shape(const SimdCase& c, Kernel<T> kernel, const Shape& s, std
   }
   in_copy.copy_from(in);
 
-  a.in = c.in_place ? want.view() : in.view();
-  a.out = want.view();
+  a.q.in = c.in_place ? want.view() : in.view();
+  a.q.out = want.view();
   const std::string invalid = rotary::detail::check_call(a);
   if (!invalid.empty()) return "bad test shape: " + invalid;
   rotary::detail::scalar::rotate_tokens(a, 0, s.tokens);
-  a.in = c.in_place ? got.view() : in.view();
-  a.out = got.view();
+  a.q.in = c.in_place ? got.view() : in.view();
+  a.q.out = got.view();
   kernel(a, 0, s.tokens);
 
   if (!c.in_place && std::memcmp(in.all(), in_copy.all(), static_cast<std::size_t>(in.size()) * sizeof(T)))
@@ -384,19 +384,19 @@ void guard_page_sweep(Isa isa) {
           for (std::size_t i = 0; i < n; ++i) in.data()[i] = static_cast<T>(static_cast<int>(i % 7) - 3);
           KernelArgs<T> a;
           a.tokens = tokens;
-          a.heads = heads;
+          a.q.heads = heads;
           a.head_dim = head_dim;
           a.rotary_dim = rotary_dim;
           a.pairing = pairing;
           a.cache = &cache;
-          a.in_token_stride = a.out_token_stride = heads * head_dim;
-          a.in_head_stride = a.out_head_stride = head_dim;
-          a.in = in.data();
-          a.out = want.data();
+          a.q.in_token_stride = a.q.out_token_stride = heads * head_dim;
+          a.q.in_head_stride = a.q.out_head_stride = head_dim;
+          a.q.in = in.data();
+          a.q.out = want.data();
           rotary::detail::scalar::rotate_tokens(a, 0, tokens);
-          a.out = in_place ? in.data() : out.data();
+          a.q.out = in_place ? in.data() : out.data();
           kernel(a, 0, tokens);
-          ASSERT_EQ(0, std::memcmp(a.out, want.data(), n * sizeof(T)))
+          ASSERT_EQ(0, std::memcmp(a.q.out, want.data(), n * sizeof(T)))
               << rotary::to_string(isa) << " " << rotary::to_string(pairing) << " head_dim " << head_dim
               << " rotary_dim " << rotary_dim << (in_place ? " in place" : " out of place");
         }

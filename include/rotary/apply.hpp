@@ -6,6 +6,12 @@
 //   apply(rope, in, out, positions, heads[, dir])          out of place (or in place if out is in)
 //   apply_strided(rope, in, in_layout, out, out_layout, positions[, dir])   raw pointers + strides
 //   apply_strided(rope, x, layout, positions[, dir])      raw, in place
+//   apply_qk(rope, q, k, positions, q_heads, k_heads[, dir])          fused q+k, in place
+//   apply_qk(rope, q_in, q_out, k_in, k_out, positions, q_heads, k_heads[, dir])   out of place
+//   apply_qk_strided(rope, q_in, q_in_layout, q_out, q_out_layout, k_in, ..., positions[, dir])
+// Fused q+k rotates a token's query heads and key heads (any counts: MHA, GQA, MQA; k_heads == 0
+// means no key) with the token's cos/sin loaded once. Every entry point takes an optional trailing
+// ParallelFor (parallel.hpp) to split the tokens over the caller's threads.
 // Checked: all of the above validate every argument first and throw rotary::error (message names
 // the argument and its value): shapes, strides, overlapping rows, partial input/output overlap,
 // position counts, negative positions and positions outside the cache. Validation is O(tokens) for
@@ -23,10 +29,13 @@
 #include "config.hpp"
 #include "detail/checks.hpp"
 #include "detail/kernel_args.hpp"
+#include "detail/convert.hpp"
 #include "detail/kernels/avx2.hpp"
 #include "detail/kernels/avx512.hpp"
 #include "detail/kernels/scalar.hpp"
 #include "dispatch.hpp"
+#include "dtype.hpp"
+#include "parallel.hpp"
 #include "positions.hpp"
 #include "rope.hpp"
 #include "types.hpp"
@@ -61,17 +70,25 @@ template <class U>
 using identity_t = typename type_identity<U>::type;  // blocks deduction: T comes from Rope<T>
 
 template <class T>
-KernelArgs<T> make_args(const Rope<T>& rope, const T* in, const StridedLayout& il, T* out,
-                        const StridedLayout& ol, const Positions& positions, Direction dir) {
+StreamArgs<T> make_stream(const T* in, const StridedLayout& il, T* out, const StridedLayout& ol) noexcept {
+  StreamArgs<T> s;
+  s.in = in;
+  s.out = out;
+  s.in_token_stride = il.token_stride;
+  s.in_head_stride = il.head_stride;
+  s.out_token_stride = ol.token_stride;
+  s.out_head_stride = ol.head_stride;
+  s.heads = il.heads;
+  return s;
+}
+
+template <class T>
+KernelArgs<T> make_args(const Rope<T>& rope, const StreamArgs<T>& q, const StreamArgs<T>& k,
+                        std::int64_t tokens, const Positions& positions, Direction dir) noexcept {
   KernelArgs<T> a;
-  a.in = in;
-  a.out = out;
-  a.in_token_stride = il.token_stride;
-  a.in_head_stride = il.head_stride;
-  a.out_token_stride = ol.token_stride;
-  a.out_head_stride = ol.head_stride;
-  a.tokens = il.tokens;
-  a.heads = il.heads;
+  a.q = q;
+  a.k = k;
+  a.tokens = tokens;
   a.head_dim = rope.head_dim();
   a.rotary_dim = rope.rotary_dim();
   a.pairing = rope.pairing();
@@ -81,10 +98,17 @@ KernelArgs<T> make_args(const Rope<T>& rope, const T* in, const StridedLayout& i
   return a;
 }
 
-inline std::string check_layouts(const StridedLayout& il, const StridedLayout& ol) {
+// One tensor, in and out.
+template <class T>
+KernelArgs<T> make_args(const Rope<T>& rope, const T* in, const StridedLayout& il, T* out,
+                        const StridedLayout& ol, const Positions& positions, Direction dir) noexcept {
+  return make_args(rope, make_stream(in, il, out, ol), StreamArgs<T>{}, il.tokens, positions, dir);
+}
+
+inline std::string check_layouts(const char* name, const StridedLayout& il, const StridedLayout& ol) {
   if (il.tokens != ol.tokens || il.heads != ol.heads)
-    return concat("shape mismatch: input is ", il.tokens, " tokens x ", il.heads, " heads, output is ",
-                  ol.tokens, " tokens x ", ol.heads, " heads");
+    return concat(name, "shape mismatch: input is ", il.tokens, " tokens x ", il.heads,
+                  " heads, output is ", ol.tokens, " tokens x ", ol.heads, " heads");
   return {};
 }
 
@@ -103,48 +127,95 @@ inline std::string eigen_layout(Eigen::Index rows, Eigen::Index cols, Eigen::Ind
   return {};
 }
 
-// The single place where a validated call reaches the kernels.
-// The kernel is chosen once per call (never per row) from active_isa(); every kernel gives the
-// same bits, so the choice only changes speed.
 template <class T>
-void run(const KernelArgs<T>& a) {
+using Kernel = void (*)(const KernelArgs<T>&, std::int64_t, std::int64_t);
+
+// The kernel for this call, chosen once from active_isa(). Every kernel gives the same bits, so
+// the choice changes speed only.
+template <class T>
+Kernel<T> select_kernel() {
+  const Isa isa = active_isa();  // validates ROTARY_MAX_ISA even where only scalar exists
 #if ROTARY_X86_KERNELS
-  switch (active_isa()) {
-    case Isa::avx512:
-      avx512::rotate_tokens(a, 0, a.tokens);
-      return;
-    case Isa::avx2:
-      avx2::rotate_tokens(a, 0, a.tokens);
-      return;
-    default:
-      break;
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    if (isa == Isa::avx512) return &avx512::rotate_tokens<T>;
+    if (isa == Isa::avx2) return &avx2::rotate_tokens<T>;
   }
-#else
-  (void)active_isa();  // still validates ROTARY_MAX_ISA
 #endif
-  scalar::rotate_tokens(a, 0, a.tokens);
+  (void)isa;
+  return &scalar::rotate_tokens<T>;
+}
+
+// The single place where a validated call reaches the kernels: the kernel is chosen once per call
+// (never per row), and the tokens are split over the caller's threads if it supplied a ParallelFor.
+template <class T>
+void run(const KernelArgs<T>& a, const ParallelFor& parallel = {}) {
+  const Kernel<T> kernel = select_kernel<T>();
+  if (!parallel || a.tokens < 2) {
+    kernel(a, 0, a.tokens);
+    return;
+  }
+  parallel(a.tokens, [&a, kernel](std::int64_t begin, std::int64_t end) { kernel(a, begin, end); });
 }
 
 inline void throw_if(const std::string& message) {
   if (!message.empty()) throw error(message);
 }
 
+// Validates (throwing, or asserting when unchecked) and runs.
 template <class T>
-void checked(const Rope<T>& rope, const T* in, const StridedLayout& il, T* out,
-             const StridedLayout& ol, const Positions& positions, Direction dir) {
-  throw_if(check_layouts(il, ol));
-  const KernelArgs<T> a = make_args(rope, in, il, out, ol, positions, dir);
-  throw_if(check_call(a));
-  run(a);
+void execute(const KernelArgs<T>& a, bool checked, const ParallelFor& parallel) {
+  if (checked) {
+    throw_if(check_call(a));
+  } else {
+    ROTARY_ASSERT(check_call(a).empty());
+  }
+  run(a, parallel);
 }
 
 template <class T>
-void unchecked(const Rope<T>& rope, const T* in, const StridedLayout& il, T* out,
-               const StridedLayout& ol, const Positions& positions, Direction dir) {
-  ROTARY_ASSERT(check_layouts(il, ol).empty());
-  const KernelArgs<T> a = make_args(rope, in, il, out, ol, positions, dir);
-  ROTARY_ASSERT(check_call(a).empty());
-  run(a);
+void strided(bool checked, const Rope<T>& rope, const T* in, const StridedLayout& il, T* out,
+             const StridedLayout& ol, const Positions& positions, Direction dir, const ParallelFor& parallel) {
+  const std::string m = check_layouts("", il, ol);
+  if (checked) {
+    throw_if(m);
+  } else {
+    ROTARY_ASSERT(m.empty());
+  }
+  execute(make_args(rope, in, il, out, ol, positions, dir), checked, parallel);
+}
+
+template <class T>
+void strided_qk(bool checked, const Rope<T>& rope, const T* q_in, const StridedLayout& qil, T* q_out,
+                const StridedLayout& qol, const T* k_in, const StridedLayout& kil, T* k_out,
+                const StridedLayout& kol, const Positions& positions, Direction dir,
+                const ParallelFor& parallel) {
+  std::string m = check_layouts("q ", qil, qol);
+  if (m.empty()) m = check_layouts("k ", kil, kol);
+  if (m.empty() && kil.heads > 0 && kil.tokens != qil.tokens)
+    m = concat("q has ", qil.tokens, " tokens but k has ", kil.tokens);
+  if (checked) {
+    throw_if(m);
+  } else {
+    ROTARY_ASSERT(m.empty());
+  }
+  StreamArgs<T> k;
+  if (kil.heads > 0) k = make_stream(k_in, kil, k_out, kol);
+  execute(make_args(rope, make_stream(q_in, qil, q_out, qol), k, qil.tokens, positions, dir), checked,
+          parallel);
+}
+
+// Eigen views to layouts; throws or asserts on a bad shape.
+template <class In>
+StridedLayout layout_of(bool checked, const In& x, std::int64_t heads, std::int64_t head_dim,
+                        const char* name) {
+  StridedLayout l;
+  const std::string m = eigen_layout(x.rows(), x.cols(), x.outerStride(), heads, head_dim, name, l);
+  if (checked) {
+    throw_if(m);
+  } else {
+    ROTARY_ASSERT(m.empty());
+  }
+  return l;
 }
 
 }  // namespace detail
@@ -154,67 +225,113 @@ void unchecked(const Rope<T>& rope, const T* in, const StridedLayout& il, T* out
 template <class T>
 void apply_strided(const Rope<T>& rope, const detail::identity_t<T>* in, const StridedLayout& in_layout,
                    detail::identity_t<T>* out, const StridedLayout& out_layout,
-                   const Positions& positions, Direction dir = Direction::forward) {
-  detail::checked(rope, in, in_layout, out, out_layout, positions, dir);
+                   const Positions& positions, Direction dir = Direction::forward,
+                   const ParallelFor& parallel = {}) {
+  detail::strided<T>(true, rope, in, in_layout, out, out_layout, positions, dir, parallel);
 }
 
 template <class T>
 void apply_strided(const Rope<T>& rope, detail::identity_t<T>* x, const StridedLayout& layout,
-                   const Positions& positions, Direction dir = Direction::forward) {
-  detail::checked<T>(rope, x, layout, x, layout, positions, dir);
+                   const Positions& positions, Direction dir = Direction::forward,
+                   const ParallelFor& parallel = {}) {
+  detail::strided<T>(true, rope, x, layout, x, layout, positions, dir, parallel);
 }
 
 template <class T>
 void apply_strided_unchecked(const Rope<T>& rope, const detail::identity_t<T>* in,
                              const StridedLayout& in_layout, detail::identity_t<T>* out,
                              const StridedLayout& out_layout, const Positions& positions,
-                             Direction dir = Direction::forward) {
-  detail::unchecked(rope, in, in_layout, out, out_layout, positions, dir);
+                             Direction dir = Direction::forward, const ParallelFor& parallel = {}) {
+  detail::strided<T>(false, rope, in, in_layout, out, out_layout, positions, dir, parallel);
+}
+
+// Fused q+k over raw buffers. k_in_layout.heads == 0: no key (k pointers ignored).
+template <class T>
+void apply_qk_strided(const Rope<T>& rope, const detail::identity_t<T>* q_in, const StridedLayout& q_in_layout,
+                      detail::identity_t<T>* q_out, const StridedLayout& q_out_layout,
+                      const detail::identity_t<T>* k_in, const StridedLayout& k_in_layout,
+                      detail::identity_t<T>* k_out, const StridedLayout& k_out_layout,
+                      const Positions& positions, Direction dir = Direction::forward,
+                      const ParallelFor& parallel = {}) {
+  detail::strided_qk<T>(true, rope, q_in, q_in_layout, q_out, q_out_layout, k_in, k_in_layout, k_out,
+                        k_out_layout, positions, dir, parallel);
+}
+
+template <class T>
+void apply_qk_strided_unchecked(const Rope<T>& rope, const detail::identity_t<T>* q_in,
+                                const StridedLayout& q_in_layout, detail::identity_t<T>* q_out,
+                                const StridedLayout& q_out_layout, const detail::identity_t<T>* k_in,
+                                const StridedLayout& k_in_layout, detail::identity_t<T>* k_out,
+                                const StridedLayout& k_out_layout, const Positions& positions,
+                                Direction dir = Direction::forward, const ParallelFor& parallel = {}) {
+  detail::strided_qk<T>(false, rope, q_in, q_in_layout, q_out, q_out_layout, k_in, k_in_layout, k_out,
+                        k_out_layout, positions, dir, parallel);
 }
 
 // ---- Eigen rows: (tokens * heads) x head_dim, row-major, outer stride allowed ---------------
 
 template <class T>
 void apply(const Rope<T>& rope, detail::identity_t<RowsRef<T>> x, const Positions& positions,
-           std::int64_t heads, Direction dir = Direction::forward) {
-  StridedLayout l;
-  detail::throw_if(detail::eigen_layout(x.rows(), x.cols(), x.outerStride(), heads, rope.head_dim(), "x", l));
-  detail::checked<T>(rope, x.data(), l, x.data(), l, positions, dir);
+           std::int64_t heads, Direction dir = Direction::forward, const ParallelFor& parallel = {}) {
+  const StridedLayout l = detail::layout_of(true, x, heads, rope.head_dim(), "x");
+  detail::strided<T>(true, rope, x.data(), l, x.data(), l, positions, dir, parallel);
 }
 
 template <class T>
-void apply(const Rope<T>& rope, detail::identity_t<ConstRowsRef<T>> in,
-           detail::identity_t<RowsRef<T>> out, const Positions& positions, std::int64_t heads,
-           Direction dir = Direction::forward) {
-  StridedLayout il;
-  StridedLayout ol;
-  detail::throw_if(detail::eigen_layout(in.rows(), in.cols(), in.outerStride(), heads, rope.head_dim(), "input", il));
-  detail::throw_if(detail::eigen_layout(out.rows(), out.cols(), out.outerStride(), heads, rope.head_dim(), "output", ol));
-  detail::checked<T>(rope, in.data(), il, out.data(), ol, positions, dir);
+void apply(const Rope<T>& rope, detail::identity_t<ConstRowsRef<T>> in, detail::identity_t<RowsRef<T>> out,
+           const Positions& positions, std::int64_t heads, Direction dir = Direction::forward,
+           const ParallelFor& parallel = {}) {
+  const StridedLayout il = detail::layout_of(true, in, heads, rope.head_dim(), "input");
+  const StridedLayout ol = detail::layout_of(true, out, heads, rope.head_dim(), "output");
+  detail::strided<T>(true, rope, in.data(), il, out.data(), ol, positions, dir, parallel);
 }
 
 template <class T>
 void apply_unchecked(const Rope<T>& rope, detail::identity_t<RowsRef<T>> x, const Positions& positions,
-                     std::int64_t heads, Direction dir = Direction::forward) {
-  StridedLayout l;
-  [[maybe_unused]] const std::string m =
-      detail::eigen_layout(x.rows(), x.cols(), x.outerStride(), heads, rope.head_dim(), "x", l);
-  ROTARY_ASSERT(m.empty());
-  detail::unchecked<T>(rope, x.data(), l, x.data(), l, positions, dir);
+                     std::int64_t heads, Direction dir = Direction::forward,
+                     const ParallelFor& parallel = {}) {
+  const StridedLayout l = detail::layout_of(false, x, heads, rope.head_dim(), "x");
+  detail::strided<T>(false, rope, x.data(), l, x.data(), l, positions, dir, parallel);
 }
 
 template <class T>
 void apply_unchecked(const Rope<T>& rope, detail::identity_t<ConstRowsRef<T>> in,
-                     detail::identity_t<RowsRef<T>> out, const Positions& positions,
-                     std::int64_t heads, Direction dir = Direction::forward) {
-  StridedLayout il;
-  StridedLayout ol;
-  [[maybe_unused]] const std::string mi =
-      detail::eigen_layout(in.rows(), in.cols(), in.outerStride(), heads, rope.head_dim(), "input", il);
-  [[maybe_unused]] const std::string mo =
-      detail::eigen_layout(out.rows(), out.cols(), out.outerStride(), heads, rope.head_dim(), "output", ol);
-  ROTARY_ASSERT(mi.empty() && mo.empty());
-  detail::unchecked<T>(rope, in.data(), il, out.data(), ol, positions, dir);
+                     detail::identity_t<RowsRef<T>> out, const Positions& positions, std::int64_t heads,
+                     Direction dir = Direction::forward, const ParallelFor& parallel = {}) {
+  const StridedLayout il = detail::layout_of(false, in, heads, rope.head_dim(), "input");
+  const StridedLayout ol = detail::layout_of(false, out, heads, rope.head_dim(), "output");
+  detail::strided<T>(false, rope, in.data(), il, out.data(), ol, positions, dir, parallel);
+}
+
+// Fused q+k in place: q is (tokens*q_heads) x head_dim, k is (tokens*k_heads) x head_dim.
+// k_heads == 0: no key (k is ignored).
+template <class T>
+void apply_qk(const Rope<T>& rope, detail::identity_t<RowsRef<T>> q, detail::identity_t<RowsRef<T>> k,
+              const Positions& positions, std::int64_t q_heads, std::int64_t k_heads,
+              Direction dir = Direction::forward, const ParallelFor& parallel = {}) {
+  const StridedLayout ql = detail::layout_of(true, q, q_heads, rope.head_dim(), "q");
+  StridedLayout kl;
+  if (k_heads != 0) kl = detail::layout_of(true, k, k_heads, rope.head_dim(), "k");
+  detail::strided_qk<T>(true, rope, q.data(), ql, q.data(), ql, k.data(), kl, k.data(), kl, positions, dir,
+                        parallel);
+}
+
+// Fused q+k out of place.
+template <class T>
+void apply_qk(const Rope<T>& rope, detail::identity_t<ConstRowsRef<T>> q_in, detail::identity_t<RowsRef<T>> q_out,
+              detail::identity_t<ConstRowsRef<T>> k_in, detail::identity_t<RowsRef<T>> k_out,
+              const Positions& positions, std::int64_t q_heads, std::int64_t k_heads,
+              Direction dir = Direction::forward, const ParallelFor& parallel = {}) {
+  const StridedLayout qil = detail::layout_of(true, q_in, q_heads, rope.head_dim(), "q input");
+  const StridedLayout qol = detail::layout_of(true, q_out, q_heads, rope.head_dim(), "q output");
+  StridedLayout kil;
+  StridedLayout kol;
+  if (k_heads != 0) {
+    kil = detail::layout_of(true, k_in, k_heads, rope.head_dim(), "k input");
+    kol = detail::layout_of(true, k_out, k_heads, rope.head_dim(), "k output");
+  }
+  detail::strided_qk<T>(true, rope, q_in.data(), qil, q_out.data(), qol, k_in.data(), kil, k_out.data(), kol,
+                        positions, dir, parallel);
 }
 
 }  // namespace rotary

@@ -9,6 +9,8 @@
 #include "cache.hpp"       // IWYU pragma: export
 #include "positions.hpp"   // IWYU pragma: export
 #include "rope.hpp"        // IWYU pragma: export
+#include "dtype.hpp"       // IWYU pragma: export
+#include "parallel.hpp"    // IWYU pragma: export
 #include "dispatch.hpp"    // IWYU pragma: export
 #include "apply.hpp"       // IWYU pragma: export
 #include "reference.hpp"   // IWYU pragma: export

@@ -6,6 +6,7 @@
 #include "guard.hpp"
 
 #include <cstdint>
+#include <limits>
 #include <string>
 
 #include "format.hpp"
@@ -57,57 +58,91 @@ std::string check_view(const char* name, const T* p, std::int64_t tokens, std::i
   return {};
 }
 
+inline bool overlap(const Extent& x, const Extent& y) noexcept { return x.lo < y.hi && y.lo < x.hi; }
+
+template <class T>
+Extent in_extent(const StreamArgs<T>& s, std::int64_t tokens, std::int64_t head_dim) noexcept {
+  return extent_of(s.in, tokens, s.heads, s.in_token_stride, s.in_head_stride, head_dim);
+}
+template <class T>
+Extent out_extent(const StreamArgs<T>& s, std::int64_t tokens, std::int64_t head_dim) noexcept {
+  return extent_of(s.out, tokens, s.heads, s.out_token_stride, s.out_head_stride, head_dim);
+}
+
+// One tensor: its views are sound, and input and output are the same view or disjoint.
+template <class T>
+std::string check_stream(const std::string& name, const StreamArgs<T>& s, std::int64_t tokens,
+                         std::int64_t head_dim) {
+  std::string m = check_view((name + "input").c_str(), s.in, tokens, s.heads, s.in_token_stride,
+                             s.in_head_stride, head_dim);
+  if (!m.empty()) return m;
+  m = check_view((name + "output").c_str(), s.out, tokens, s.heads, s.out_token_stride,
+                 s.out_head_stride, head_dim);
+  if (!m.empty()) return m;
+  const bool same = s.in == s.out && s.in_token_stride == s.out_token_stride &&
+                    s.in_head_stride == s.out_head_stride;
+  if (!same && overlap(in_extent(s, tokens, head_dim), out_extent(s, tokens, head_dim)))
+    return name + "input and " + name +
+           "output partially overlap: pass the same view (same pointer and strides) to rotate in "
+           "place, or disjoint views";
+  return {};
+}
+
+// Positions: one per token for arrays; each >= 0 (no int64 overflow for contiguous ones) and held
+// by the cache if there is one (cache-free calls compute any position). O(1) for contiguous
+// positions over a range cache, O(tokens) otherwise.
+template <class C>
+std::string check_positions(const Positions& p, std::int64_t tokens, const CosSinCache<C>* cache) {
+  if (!p.is_contiguous() && p.count() != tokens)
+    return concat("positions has ", p.count(), " values for ", tokens, " tokens");
+  if (tokens == 0) return {};
+  if (p.is_contiguous()) {
+    const std::int64_t first = p.start();
+    if (first < 0) return concat("position (", first, ") must be >= 0");
+    if (first > std::numeric_limits<std::int64_t>::max() - (tokens - 1))
+      return concat("positions start (", first, ") + ", tokens, " tokens overflows int64");
+    if (cache == nullptr) return {};
+    if (cache->is_range()) {  // the two ends suffice
+      for (const std::int64_t pos : {first, first + tokens - 1})
+        if (!cache->contains(pos)) return cache->out_of_cache_message(pos);
+      return {};
+    }
+  }
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    const std::int64_t pos = p[t];
+    if (pos < 0) return concat("positions[", t, "] (", pos, ") must be >= 0");
+    if (cache != nullptr && !cache->contains(pos))
+      return concat("positions[", t, "]: ", cache->out_of_cache_message(pos));
+  }
+  return {};
+}
+
 template <class T>
 std::string check_call(const KernelArgs<T>& a) {
-  if (a.cache == nullptr) return "no cos/sin cache";
+  if (a.cache == nullptr && a.rows == nullptr) return "no cos/sin cache";
   if (a.tokens < 0) return concat("tokens (", a.tokens, ") must be >= 0");
-  if (a.heads < 1) return concat("heads (", a.heads, ") must be >= 1");
-  if (a.rotary_dim != a.cache->rotary_dim())
+  if (a.q.heads < 1) return concat("heads (", a.q.heads, ") must be >= 1");
+  if (a.k.heads < 0) return concat("key heads (", a.k.heads, ") must be >= 0");
+  if (a.cache != nullptr && a.rotary_dim != a.cache->rotary_dim())
     return concat("rotary_dim (", a.rotary_dim, ") != cache rotary_dim (", a.cache->rotary_dim(), ")");
   if (a.rotary_dim % 2 != 0 || a.rotary_dim > a.head_dim || a.rotary_dim <= 0)
     return concat("rotary_dim (", a.rotary_dim, ") must be even, positive and <= head_dim (",
                   a.head_dim, ")");
-  std::string m =
-      check_view("input", a.in, a.tokens, a.heads, a.in_token_stride, a.in_head_stride, a.head_dim);
+  const bool fused = a.k.heads > 0;
+  std::string m = check_stream(fused ? "q " : "", a.q, a.tokens, a.head_dim);
   if (!m.empty()) return m;
-  m = check_view("output", a.out, a.tokens, a.heads, a.out_token_stride, a.out_head_stride,
-                 a.head_dim);
-  if (!m.empty()) return m;
-
-  const bool same = a.in == a.out && a.in_token_stride == a.out_token_stride &&
-                    a.in_head_stride == a.out_head_stride;
-  if (!same) {
-    const Extent i = extent_of(a.in, a.tokens, a.heads, a.in_token_stride, a.in_head_stride, a.head_dim);
-    const Extent o =
-        extent_of(a.out, a.tokens, a.heads, a.out_token_stride, a.out_head_stride, a.head_dim);
-    if (i.lo < o.hi && o.lo < i.hi)
-      return "input and output partially overlap: pass the same view (same pointer and strides) to "
-             "rotate in place, or disjoint views";
+  if (fused) {
+    m = check_stream("k ", a.k, a.tokens, a.head_dim);
+    if (!m.empty()) return m;
+    const Extent qi = in_extent(a.q, a.tokens, a.head_dim);
+    const Extent qo = out_extent(a.q, a.tokens, a.head_dim);
+    const Extent ki = in_extent(a.k, a.tokens, a.head_dim);
+    const Extent ko = out_extent(a.k, a.tokens, a.head_dim);
+    if (overlap(qo, ki) || overlap(qo, ko) || overlap(ko, qi))
+      return "q and k views overlap: a q output may not share memory with k, nor a k output with q";
   }
 
-  const Positions& p = a.positions;
-  if (!p.is_contiguous() && p.count() != a.tokens)
-    return concat("positions has ", p.count(), " values for ", a.tokens, " tokens");
-  if (p.is_contiguous() && a.cache->is_range()) {  // check the two ends only
-    if (a.tokens > 0) {
-      const std::int64_t first = p.start();
-      if (first < 0) return concat("position (", first, ") must be >= 0");
-      if (first > INT64_MAX - (a.tokens - 1))
-        return concat("positions start (", first, ") + ", a.tokens, " tokens overflows int64");
-      for (const std::int64_t pos : {first, first + a.tokens - 1})
-        if (!a.cache->contains(pos)) return a.cache->out_of_cache_message(pos);
-    }
-    return {};
-  }
-  if (p.is_contiguous() && a.tokens > 0 && p.start() > INT64_MAX - (a.tokens - 1))
-    return concat("positions start (", p.start(), ") + ", a.tokens, " tokens overflows int64");
-  for (std::int64_t t = 0; t < a.tokens; ++t) {
-    const std::int64_t pos = p[t];
-    if (pos < 0) return concat("positions[", t, "] (", pos, ") must be >= 0");
-    if (!a.cache->contains(pos))
-      return concat("positions[", t, "]: ", a.cache->out_of_cache_message(pos));
-  }
-  return {};
+  return check_positions(a.positions, a.tokens, a.cache);
 }
 
 }  // namespace rotary::detail

@@ -96,27 +96,6 @@ struct F64 {
 // 2*4 of the 16 ymm registers.
 inline constexpr int kMaxRegs = 4;
 
-// The row geometry of a call, copied into locals so that no store or call in the loops forces
-// reloads from the KernelArgs.
-template <class T>
-struct Rows {
-  const T* in;
-  T* out;
-  std::ptrdiff_t in_token;
-  std::ptrdiff_t in_head;
-  std::ptrdiff_t out_token;
-  std::ptrdiff_t out_head;
-  explicit Rows(const KernelArgs<T>& a) noexcept
-      : in(a.in),
-        out(a.out),
-        in_token(a.in_token_stride),
-        in_head(a.in_head_stride),
-        out_token(a.out_token_stride),
-        out_head(a.out_head_stride) {}
-  const T* in_row(std::int64_t t, std::int64_t h) const noexcept { return in + t * in_token + h * in_head; }
-  T* out_row(std::int64_t t, std::int64_t h) const noexcept { return out + t * out_token + h * out_head; }
-};
-
 // Pass-through coordinates [rotary_dim, head_dim) when out of place: copied inline, because a call
 // (memcpy) would spill the register-resident cos/sin of the token around it.
 template <class S>
@@ -164,7 +143,7 @@ ROTARY_TARGET_AVX2 void half_split_registers(const KernelArgs<typename S::T>& a,
   using V = typename S::V;
   constexpr int L = S::L;
   const Rows<T> rows(a);
-  const std::int64_t heads = a.heads;
+  const std::int64_t heads = a.total_heads();
   const std::int64_t h = a.rotary_dim / 2;
   const std::int64_t pass = a.head_dim - a.rotary_dim;
   const int last = static_cast<int>(h - (K - 1) * L);
@@ -203,7 +182,7 @@ ROTARY_TARGET_AVX2 void half_split_stream(const KernelArgs<typename S::T>& a, st
   using V = typename S::V;
   constexpr int L = S::L;
   const Rows<T> rows(a);
-  const std::int64_t heads = a.heads;
+  const std::int64_t heads = a.total_heads();
   const std::int64_t h = a.rotary_dim / 2;
   const std::int64_t pass = a.head_dim - a.rotary_dim;
   const std::int64_t full = h - h % L;
@@ -249,7 +228,7 @@ ROTARY_TARGET_AVX2 void interleaved_registers(const KernelArgs<typename S::T>& a
   using V = typename S::V;
   constexpr int L = S::L;
   const Rows<T> rows(a);
-  const std::int64_t heads = a.heads;
+  const std::int64_t heads = a.total_heads();
   const std::int64_t d = a.rotary_dim;
   const std::int64_t h = d / 2;
   const std::int64_t pass = a.head_dim - d;
@@ -290,7 +269,7 @@ ROTARY_TARGET_AVX2 void interleaved_stream(const KernelArgs<typename S::T>& a, s
   using V = typename S::V;
   constexpr int L = S::L;
   const Rows<T> rows(a);
-  const std::int64_t heads = a.heads;
+  const std::int64_t heads = a.total_heads();
   const std::int64_t d = a.rotary_dim;
   const std::int64_t h = d / 2;
   const std::int64_t pass = a.head_dim - d;

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "../convert.hpp"
 #include "../kernel_args.hpp"
 
 namespace rotary::detail::scalar {
@@ -24,28 +25,21 @@ inline void rotate_pair(T x0, T x1, T c, T s, T& y0, T& y1) noexcept {
   y1 = std::fma(x1, c, x0 * s);
 }
 
-// One head row. cs = [cos_0..cos_{h-1}, sin_0..sin_{h-1}], h = rotary_dim/2; sign = +1 or -1.
-// `in` and `out` are the same row or do not overlap.
-template <class T>
-inline void rotate_row(Pairing pairing, const T* cs, std::int64_t h, T sign, const T* in, T* out) noexcept {
-  const T* c = cs;
-  const T* s = cs + h;
-  if (pairing == Pairing::half_split) {
-    for (std::int64_t j = 0; j < h; ++j) {
-      T y0;
-      T y1;
-      rotate_pair(in[j], in[j + h], c[j], sign * s[j], y0, y1);
-      out[j] = y0;
-      out[j + h] = y1;
-    }
-  } else {
-    for (std::int64_t j = 0; j < h; ++j) {
-      T y0;
-      T y1;
-      rotate_pair(in[2 * j], in[2 * j + 1], c[j], sign * s[j], y0, y1);
-      out[2 * j] = y0;
-      out[2 * j + 1] = y1;
-    }
+// One head row in storage type T, computed in C = compute_t<T>. cs = [cos_0..cos_{h-1},
+// sin_0..sin_{h-1}], h = rotary_dim/2; sign = +1 or -1. `in` and `out` are the same row or disjoint.
+template <class T, class C = compute_t<T>>
+inline void rotate_row(Pairing pairing, const C* cs, std::int64_t h, C sign, const T* in, T* out) noexcept {
+  const C* c = cs;
+  const C* s = cs + h;
+  const std::int64_t step = pairing == Pairing::half_split ? 1 : 2;  // index of pair j's first element
+  const std::int64_t second = pairing == Pairing::half_split ? h : 1;  // offset of its second element
+  for (std::int64_t j = 0; j < h; ++j) {
+    const std::int64_t i0 = j * step;
+    C y0;
+    C y1;
+    rotate_pair<C>(to_compute(in[i0]), to_compute(in[i0 + second]), c[j], sign * s[j], y0, y1);
+    out[i0] = from_compute<T>(y0);
+    out[i0 + second] = from_compute<T>(y1);
   }
 }
 
@@ -53,21 +47,25 @@ inline void rotate_row(Pairing pairing, const T* cs, std::int64_t h, T sign, con
 template <class T>
 inline void copy_tail(const T* in, T* out, std::int64_t rotary_dim, std::int64_t head_dim) noexcept {
   if (in != out && head_dim > rotary_dim)
-    std::memcpy(out + rotary_dim, in + rotary_dim,
+    std::memcpy(static_cast<void*>(out + rotary_dim), static_cast<const void*>(in + rotary_dim),
                 static_cast<std::size_t>(head_dim - rotary_dim) * sizeof(T));
 }
 
-// Tokens [t0, t1) of a call: each token's cos/sin row is looked up once and used for all its heads.
+// Tokens [t0, t1) of a call: each token's cos/sin row is looked up once and used for all its heads
+// (q's, then k's).
 template <class T>
 inline void rotate_tokens(const KernelArgs<T>& a, std::int64_t t0, std::int64_t t1) noexcept {
+  using C = compute_t<T>;
   const std::int64_t h = a.rotary_dim / 2;
-  const T sign = a.inverse ? T(-1) : T(1);
+  const C sign = a.inverse ? C(-1) : C(1);
+  const Rows<T> rows(a);
+  const std::int64_t heads = a.total_heads();
   for (std::int64_t t = t0; t < t1; ++t) {
-    const T* cs = a.cos_sin_row(t);
-    for (std::int64_t head = 0; head < a.heads; ++head) {
-      const T* in = a.in_row(t, head);
-      T* out = a.out_row(t, head);
-      rotate_row(a.pairing, cs, h, sign, in, out);
+    const C* cs = a.cos_sin_row(t);
+    for (std::int64_t head = 0; head < heads; ++head) {
+      const T* in = rows.in_row(t, head);
+      T* out = rows.out_row(t, head);
+      rotate_row<T>(a.pairing, cs, h, sign, in, out);
       copy_tail(in, out, a.rotary_dim, a.head_dim);
     }
   }

@@ -1,0 +1,110 @@
+// Fused q+k (GQA/MQA, key optional, in place and out of place) and the ParallelFor hook: both
+// must give exactly the bits of separate single-tensor, single-thread calls.
+#include <atomic>
+#include <cstring>
+
+#include "support.hpp"
+
+namespace {
+
+using rotary::Direction;
+using rotary::Pairing;
+using rotary::Positions;
+
+bool same_bits(const rotary::RowMatrix<float>& a, const rotary::RowMatrix<float>& b) {
+  return a.rows() == b.rows() && a.cols() == b.cols() &&
+         std::memcmp(a.data(), b.data(), static_cast<std::size_t>(a.size()) * sizeof(float)) == 0;
+}
+
+class Fused : public ::testing::TestWithParam<std::tuple<Pairing, int>> {};
+
+TEST_P(Fused, EqualsSeparateCalls) {
+  const auto [pairing, isa_index] = GetParam();
+  const rotary::Isa isa = std::array<rotary::Isa, 3>{rotary::Isa::scalar, rotary::Isa::avx2, rotary::Isa::avx512}[isa_index];
+  if (!rotary::isa_supported(isa)) GTEST_SKIP() << rotary::to_string(isa) << " not supported here";
+  rotary::set_max_isa(isa);
+  std::mt19937_64 rng(rotary_test::seed());
+  for (auto [qh, kh] : {std::pair<std::int64_t, std::int64_t>{32, 8}, {8, 1}, {4, 4}, {3, 0}}) {
+    for (std::int64_t head_dim : {64, 70, 128}) {
+      const rotary::Rope<float> rope(rotary::RotarySpec(head_dim, pairing, 1e6, head_dim - head_dim % 16), 600);
+      const std::int64_t tokens = 37;
+      const std::vector<std::int64_t> pos = rotary_test::random_positions(tokens, 599, rng);
+      rotary::RowMatrix<float> q = rotary::RowMatrix<float>::Random(tokens * qh, head_dim);
+      rotary::RowMatrix<float> k = rotary::RowMatrix<float>::Random(tokens * std::max<std::int64_t>(kh, 1), head_dim);
+      rotary::RowMatrix<float> q_sep = q;
+      rotary::RowMatrix<float> k_sep = k;
+      rotary::apply(rope, q_sep, pos, qh);
+      if (kh > 0) rotary::apply(rope, k_sep, pos, kh);
+      // out of place first (q, k untouched), then in place
+      rotary::RowMatrix<float> q_out(q.rows(), head_dim);
+      rotary::RowMatrix<float> k_out = k;
+      rotary::apply_qk(rope, q, q_out, k, k_out, pos, qh, kh);
+      EXPECT_TRUE(same_bits(q_out, q_sep)) << qh << "/" << kh << " head_dim " << head_dim;
+      EXPECT_TRUE(same_bits(k_out, k_sep)) << qh << "/" << kh << " head_dim " << head_dim;
+      rotary::apply_qk(rope, q, k, pos, qh, kh);
+      EXPECT_TRUE(same_bits(q, q_sep));
+      EXPECT_TRUE(same_bits(k, k_sep));
+      // and back: the fused inverse undoes the fused forward up to rounding
+      rotary::apply_qk(rope, q, k, pos, qh, kh, Direction::inverse);
+    }
+  }
+  rotary::set_max_isa(rotary::best_isa());
+}
+
+INSTANTIATE_TEST_SUITE_P(AllIsas, Fused,
+                         ::testing::Combine(::testing::Values(Pairing::interleaved, Pairing::half_split),
+                                            ::testing::Values(0, 1, 2)),
+                         [](const auto& p) {
+                           return std::string(rotary::to_string(std::get<0>(p.param))) + "_" +
+                                  std::string(rotary::to_string(std::array<rotary::Isa, 3>{
+                                      rotary::Isa::scalar, rotary::Isa::avx2,
+                                      rotary::Isa::avx512}[std::get<1>(p.param)]));
+                         });
+
+TEST(FusedErrors, OverlapAndShapes) {
+  const rotary::Rope<float> rope(rotary::RotarySpec(8), 16);
+  rotary::RowMatrix<float> q = rotary::RowMatrix<float>::Random(8, 8);
+  rotary::RowMatrix<float> k = rotary::RowMatrix<float>::Random(3, 8);
+  EXPECT_THROW(rotary::apply_qk(rope, q, k, Positions::contiguous(0), 2, 1), rotary::error);  // 4 vs 3 tokens
+  Eigen::Map<rotary::RowMatrix<float>> k_alias(q.data() + 8, 4, 8);  // k inside q
+  try {
+    rotary::apply_qk(rope, q, k_alias, Positions::contiguous(0), 2, 1);
+    ADD_FAILURE() << "overlapping q and k accepted";
+  } catch (const rotary::error& e) {
+    EXPECT_NE(std::string(e.what()).find("q and k views overlap"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Parallel, ThreadedEqualsSerialAndCoversEveryToken) {
+  const rotary::Rope<float> rope(rotary::RotarySpec(128, Pairing::half_split), 2048);
+  rotary::RowMatrix<float> x = rotary::RowMatrix<float>::Random(1000 * 8, 128);
+  rotary::RowMatrix<float> serial = x;
+  rotary::RowMatrix<float> threaded = x;
+  rotary::apply(rope, serial, Positions::contiguous(3), 8);
+  rotary::apply(rope, threaded, Positions::contiguous(3), 8, Direction::forward, rotary::thread_parallel_for(3));
+  EXPECT_TRUE(same_bits(serial, threaded));
+
+  // A counting executor: every token exactly once, over disjoint chunks.
+  std::atomic<std::int64_t> covered{0};
+  std::atomic<int> chunks{0};
+  const rotary::ParallelFor counting = [&](std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& body) {
+    for (std::int64_t b = 0; b < n; b += 97) {
+      const std::int64_t e = std::min(n, b + 97);
+      body(b, e);
+      covered += e - b;
+      ++chunks;
+    }
+  };
+  rotary::RowMatrix<float> chunked = x;
+  rotary::apply(rope, chunked, Positions::contiguous(3), 8, Direction::forward, counting);
+  EXPECT_TRUE(same_bits(serial, chunked));
+  EXPECT_EQ(covered.load(), 1000);
+  EXPECT_EQ(chunks.load(), 11);
+#if defined(_OPENMP)
+  rotary::RowMatrix<float> omp = x;
+  rotary::apply(rope, omp, Positions::contiguous(3), 8, Direction::forward, rotary::openmp_parallel_for());
+  EXPECT_TRUE(same_bits(serial, omp));
+#endif
+}
+
+}  // namespace
