@@ -22,8 +22,11 @@
 #define ROTARY_APPLY_HPP
 
 #include <Eigen/Core>
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "cache.hpp"
 #include "config.hpp"
@@ -93,7 +96,11 @@ KernelArgs<T> make_args(const Rope<T>& rope, const StreamArgs<T>& q, const Strea
   a.rotary_dim = rope.rotary_dim();
   a.pairing = rope.pairing();
   a.inverse = dir == Direction::inverse;
-  a.cache = &rope.cache();
+  if (rope.on_the_fly()) {
+    a.generator = &rope.row_generator();
+  } else {
+    a.cache = &rope.cache();
+  }
   a.positions = positions;
   return a;
 }
@@ -150,11 +157,34 @@ Kernel<T> select_kernel() {
 template <class T>
 void run(const KernelArgs<T>& a, const ParallelFor& parallel = {}) {
   const Kernel<T> kernel = select_kernel<T>();
-  if (!parallel || a.tokens < 2) {
-    kernel(a, 0, a.tokens);
+  if (a.generator == nullptr) {
+    if (!parallel || a.tokens < 2) {
+      kernel(a, 0, a.tokens);
+      return;
+    }
+    parallel(a.tokens, [&a, kernel](std::int64_t begin, std::int64_t end) { kernel(a, begin, end); });
     return;
   }
-  parallel(a.tokens, [&a, kernel](std::int64_t begin, std::int64_t end) { kernel(a, begin, end); });
+  // Cache-free: per block of tokens, compute the rows, then run the kernel on them.
+  using C = compute_t<T>;
+  const auto blocks = [&a, kernel](std::int64_t begin, std::int64_t end) {
+    constexpr std::int64_t kBlock = RowGenerator<C>::kBlock;
+    std::vector<C> rows(static_cast<std::size_t>(kBlock * a.rotary_dim));
+    std::vector<double> state(static_cast<std::size_t>(a.rotary_dim));
+    KernelArgs<T> b = a;
+    b.rows = rows.data();
+    for (std::int64_t t = begin; t < end; t += kBlock) {
+      const std::int64_t stop = std::min(end, t + kBlock);
+      a.generator->fill(a.positions, t, stop, rows.data(), state.data());
+      b.rows_token0 = t;
+      kernel(b, t, stop);
+    }
+  };
+  if (!parallel || a.tokens < 2) {
+    blocks(0, a.tokens);
+  } else {
+    parallel(a.tokens, blocks);
+  }
 }
 
 inline void throw_if(const std::string& message) {

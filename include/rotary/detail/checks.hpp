@@ -119,12 +119,14 @@ std::string check_positions(const Positions& p, std::int64_t tokens, const CosSi
 
 template <class T>
 std::string check_call(const KernelArgs<T>& a) {
-  if (a.cache == nullptr && a.rows == nullptr) return "no cos/sin cache";
+  if (a.cache == nullptr && a.rows == nullptr && a.generator == nullptr) return "no cos/sin cache";
   if (a.tokens < 0) return concat("tokens (", a.tokens, ") must be >= 0");
   if (a.q.heads < 1) return concat("heads (", a.q.heads, ") must be >= 1");
   if (a.k.heads < 0) return concat("key heads (", a.k.heads, ") must be >= 0");
   if (a.cache != nullptr && a.rotary_dim != a.cache->rotary_dim())
     return concat("rotary_dim (", a.rotary_dim, ") != cache rotary_dim (", a.cache->rotary_dim(), ")");
+  if (a.generator != nullptr && a.rotary_dim != 2 * a.generator->pairs())
+    return concat("rotary_dim (", a.rotary_dim, ") != frequencies' rotary_dim (", 2 * a.generator->pairs(), ")");
   if (a.rotary_dim % 2 != 0 || a.rotary_dim > a.head_dim || a.rotary_dim <= 0)
     return concat("rotary_dim (", a.rotary_dim, ") must be even, positive and <= head_dim (",
                   a.head_dim, ")");

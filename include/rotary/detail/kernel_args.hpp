@@ -11,6 +11,7 @@
 #include "../dtype.hpp"
 #include "../positions.hpp"
 #include "../types.hpp"
+#include "rows_on_the_fly.hpp"
 
 namespace rotary::detail {
 
@@ -51,6 +52,8 @@ struct KernelArgs {
   Positions positions = Positions::contiguous();
   const C* rows = nullptr;
   std::int64_t rows_token0 = 0;
+  // Cache-free calls: the driver fills `rows` block by block from this generator; cache is null.
+  const RowGenerator<C>* generator = nullptr;
 
   std::int64_t total_heads() const noexcept { return q.heads + k.heads; }
 

@@ -1,0 +1,83 @@
+// Cache-free mode: cos/sin rows computed per call for blocks of tokens, exact to the output
+// precision. The first token of each block (and any token whose position is not its predecessor's
+// plus one) is anchored with the exact reduction (exact_angle.hpp); the others advance by the
+// rotation recurrence e^{i(m+1)theta} = e^{i m theta} e^{i theta} in double, whose drift over a block
+// (< 32 steps, a few double ulps each) is ~1e-14: far below float's half ulp, so rows equal the
+// cached ones except on near-ties (then within 1 float ulp).
+#ifndef ROTARY_DETAIL_ROWS_ON_THE_FLY_HPP
+#define ROTARY_DETAIL_ROWS_ON_THE_FLY_HPP
+
+#include "guard.hpp"
+
+#include <cstdint>
+#include <vector>
+
+#include "../positions.hpp"
+#include "exact_angle.hpp"
+
+namespace rotary::detail {
+
+template <class C>
+class RowGenerator {
+ public:
+  // Tokens per block: the recurrence never runs longer than this before re-anchoring, and a block
+  // of float rows for rotary_dim 128 (16 KiB) stays in L1.
+  static constexpr std::int64_t kBlock = 32;
+
+  RowGenerator() = default;
+  RowGenerator(const std::vector<double>& theta, double scale) : scale_(scale) {
+    turns_.reserve(theta.size());
+    step_cos_.reserve(theta.size());
+    step_sin_.reserve(theta.size());
+    for (const double t : theta) {
+      turns_.push_back(to_turns(t));
+      double s = 0.0;
+      double c = 0.0;
+      exact_sincos(1, turns_.back(), s, c);
+      step_cos_.push_back(c);
+      step_sin_.push_back(s);
+    }
+  }
+
+  std::int64_t pairs() const noexcept { return static_cast<std::int64_t>(turns_.size()); }
+
+  // Rows of tokens [t0, t1) (t1 - t0 <= kBlock) into out (row stride 2*pairs(), the cache layout).
+  // state: 2*pairs() doubles of scratch.
+  void fill(const Positions& p, std::int64_t t0, std::int64_t t1, C* out, double* state) const noexcept {
+    const std::int64_t h = pairs();
+    double* c = state;
+    double* s = state + h;
+    std::int64_t prev = 0;
+    for (std::int64_t t = t0; t < t1; ++t) {
+      const std::int64_t m = p[t];
+      if (t == t0 || m != prev + 1) {
+        for (std::int64_t j = 0; j < h; ++j) exact_sincos(m, turns_[static_cast<std::size_t>(j)], s[j], c[j]);
+      } else {
+        for (std::int64_t j = 0; j < h; ++j) {
+          const double sc = step_cos_[static_cast<std::size_t>(j)];
+          const double ss = step_sin_[static_cast<std::size_t>(j)];
+          const double nc = c[j] * sc - s[j] * ss;
+          const double ns = s[j] * sc + c[j] * ss;
+          c[j] = nc;
+          s[j] = ns;
+        }
+      }
+      C* row = out + (t - t0) * 2 * h;
+      for (std::int64_t j = 0; j < h; ++j) {
+        row[j] = static_cast<C>(c[j] * scale_);
+        row[h + j] = static_cast<C>(s[j] * scale_);
+      }
+      prev = m;
+    }
+  }
+
+ private:
+  std::vector<Turns> turns_;
+  std::vector<double> step_cos_;
+  std::vector<double> step_sin_;
+  double scale_ = 1.0;
+};
+
+}  // namespace rotary::detail
+
+#endif  // ROTARY_DETAIL_ROWS_ON_THE_FLY_HPP

@@ -1,0 +1,99 @@
+// Cache-free mode: rows computed per call equal the exact cache's rows (or differ by one float ulp
+// on near-ties), at large and non-consecutive positions, and the rotated outputs agree.
+#include <cstring>
+
+#include "support.hpp"
+
+namespace {
+
+using rotary::Pairing;
+using rotary::Positions;
+
+// Generator rows vs exact cache rows for the same positions: max difference in float ulps, and
+// how many entries differ at all.
+TEST(OnTheFly, RowsMatchExactCache) {
+  std::mt19937_64 rng(rotary_test::seed());
+  for (double base : {1e4, 5e5, 1e6}) {
+    const rotary::Frequencies f = rotary::default_frequencies(128, base);
+    const rotary::detail::RowGenerator<float> gen(f.theta, 1.0);
+    // runs of consecutive positions with jumps, near 2^31 and beyond int32
+    std::vector<std::int64_t> pos;
+    for (std::int64_t start : {std::int64_t{0}, std::int64_t{2147483647} - 40, std::int64_t{1} << 40,
+                               std::int64_t{123456789}})
+      for (std::int64_t k = 0; k < 45; ++k) pos.push_back(start + k);
+    for (int k = 0; k < 40; ++k) pos.push_back(static_cast<std::int64_t>(rng() % 2147483647));
+    const auto cache = rotary::CosSinCache<float>::for_positions(f, pos);
+    std::vector<float> rows(static_cast<std::size_t>(32 * 128));
+    std::vector<double> state(128);
+    long differing = 0;
+    long total = 0;
+    const Positions p(pos);
+    for (std::int64_t t0 = 0; t0 < static_cast<std::int64_t>(pos.size()); t0 += 32) {
+      const std::int64_t t1 = std::min<std::int64_t>(t0 + 32, static_cast<std::int64_t>(pos.size()));
+      gen.fill(p, t0, t1, rows.data(), state.data());
+      for (std::int64_t t = t0; t < t1; ++t) {
+        const float* want = cache.row(pos[static_cast<std::size_t>(t)]);
+        const float* got = rows.data() + (t - t0) * 128;
+        for (int k = 0; k < 128; ++k) {
+          ++total;
+          if (got[k] != want[k]) {
+            ++differing;
+            ASSERT_LE(std::fabs(got[k] - want[k]), rotary_test::ulp<float>(want[k]))
+                << "position " << pos[static_cast<std::size_t>(t)] << " k " << k;
+          }
+        }
+      }
+    }
+    std::printf("base %g: %ld of %ld on-the-fly entries differ from the exact cache (each by 1 ulp)\n", base,
+                differing, total);
+    EXPECT_LE(differing, total / 1000);
+  }
+}
+
+template <class T>
+void compare_modes(Pairing pairing, const Positions& pos, std::int64_t tokens) {
+  const rotary::RotarySpec spec(96, pairing, 500000.0, 64);
+  std::vector<std::int64_t> held(static_cast<std::size_t>(tokens));
+  for (std::int64_t t = 0; t < tokens; ++t) held[static_cast<std::size_t>(t)] = pos[t];
+  const rotary::Rope<T> cached(spec, rotary::Rope<T>::cache_type::for_positions(rotary::compute_frequencies(spec), held));
+  const rotary::Rope<T> fly(spec, rotary::OnTheFly{});
+  EXPECT_TRUE(fly.on_the_fly());
+  EXPECT_EQ(fly.cache().size(), 0);
+  rotary::RowMatrix<T> x(tokens * 4, 96);
+  std::mt19937_64 rng(rotary_test::seed());
+  for (Eigen::Index i = 0; i < x.size(); ++i) x.data()[i] = T(static_cast<float>(static_cast<int>(rng() % 2001) - 1000) / 250.0f);
+  rotary::RowMatrix<T> a(x.rows(), 96);
+  rotary::RowMatrix<T> b(x.rows(), 96);
+  rotary::apply(cached, x, a, pos, 4);
+  rotary::apply(fly, x, b, pos, 4, rotary::Direction::forward, rotary::thread_parallel_for(2));
+  double worst = 0.0;
+  for (Eigen::Index i = 0; i < a.size(); ++i) {
+    const double da = static_cast<double>(a.data()[i]);
+    const double db = static_cast<double>(b.data()[i]);
+    worst = std::max(worst, std::fabs(da - db));
+  }
+  // Rows differ by at most 1 float ulp (<= 2^-24 for |v| < 1): outputs by <= 2^-23 * |x0|+|x1| <= 8.
+  const double bound = std::is_same_v<T, double> ? 1e-12 : (std::is_same_v<T, float> ? 8 * 0x1p-22 : 8 * 0x1p-9);
+  EXPECT_LE(worst, bound) << rotary::dtype_name<T>() << " " << rotary::to_string(pairing);
+}
+
+TEST(OnTheFly, OutputsMatchCachedMode) {
+  std::vector<std::int64_t> jumps = {5, 6, 7, 1000, 1001, 3, 4, 4, 999, 100000};
+  for (Pairing pairing : {Pairing::interleaved, Pairing::half_split}) {
+    const auto n = static_cast<std::int64_t>(jumps.size());
+    compare_modes<float>(pairing, Positions::contiguous(2147483000), 150);
+    compare_modes<float>(pairing, Positions(jumps), n);
+    compare_modes<double>(pairing, Positions::contiguous(77), 100);
+    compare_modes<rotary::f16>(pairing, Positions::contiguous(0), 70);
+    compare_modes<rotary::bf16>(pairing, Positions(jumps), n);
+  }
+}
+
+TEST(OnTheFly, AnyPositionAcceptedNegativeRejected) {
+  const rotary::Rope<float> fly(rotary::RotarySpec(8), rotary::OnTheFly{});
+  rotary::RowMatrix<float> x = rotary::RowMatrix<float>::Random(2, 8);
+  EXPECT_NO_THROW(rotary::apply(fly, x, Positions::contiguous(std::int64_t{1} << 50), 1));
+  EXPECT_THROW(rotary::apply(fly, x, Positions::contiguous(-3), 1), rotary::error);
+}
+
+}  // namespace
