@@ -1,5 +1,5 @@
-// rotary packaging test: a consumer that finds rotary with find_package(rotary CONFIG), installed
-// or from the build tree's export.
+// rotary packaging tests: the one program every consumer project builds (add_subdirectory,
+// FetchContent, find_package); ROTARY_CONSUMER_MODE names the mode.
 // Exits non-zero if rotating 2 tokens x 2 heads of 64 changes any row's norm (relative 1e-5), or
 // changes nothing at all.
 #include <rotary/rotary.hpp>
@@ -36,7 +36,7 @@ int main() {
       std::fprintf(stderr, "position 1 rows did not rotate (max change %g)\n", static_cast<double>(moved));
       ++failures;
     }
-    std::printf("rotary %d.%d.%d via find_package: %s\n", ROTARY_VERSION_MAJOR, ROTARY_VERSION_MINOR,
+    std::printf("rotary %d.%d.%d via " ROTARY_CONSUMER_MODE ": %s\n", ROTARY_VERSION_MAJOR, ROTARY_VERSION_MINOR,
                 ROTARY_VERSION_PATCH, failures == 0 ? "ok" : "FAILED");
     return failures == 0 ? 0 : 1;
   } catch (const std::exception& e) {
