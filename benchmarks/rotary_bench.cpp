@@ -3,16 +3,45 @@
 //
 // Every benchmark is named
 //   apply/<pairing>/<dtype>/<impl>/tokens:<T>/heads:<H>/head_dim:<D>
-// and moves tokens*heads*head_dim elements from one 64-byte aligned buffer into another (out of
-// place). Bytes processed = vectors read + written; the cos/sin table is not counted.
+//   pairing  interleaved | half_split
+//   dtype    f32 | f16 | bf16
+//   impl     memcpy      std::memcpy of the same bytes, same buffers (every case's baseline)
+//            matrix      y = R_m x with the explicit head_dim x head_dim rotation matrix (f32 only)
+//            eigen_expr  the Eigen array expression a user would write (f32 only)
+//            scalar      rotary's scalar kernel, called directly (the bit-exact reference)
+//            avx2 avx512 rotary's x86 kernels, called directly (only where the CPU has the ISA;
+//                        for f16/bf16 only when ROTARY_BENCH_X86_HALF is 1, see below)
+//            neon        rotary's NEON kernel, called directly (AArch64 builds)
+//            dispatch    rotary::apply_unchecked out of place: whatever kernel active_isa() picks
+//            onthefly    the same call with a cache-free Rope<T>(spec, rotary::OnTheFly{})
+//            dispatch_qk rotary::apply_qk out of place: fused q+k (GQA shapes only, see below)
+// and moves tokens*heads*head_dim elements from one buffer into another (out of place), token t at
+// position t. Bytes processed = vectors read + written; the cos/sin table is not counted.
+//
+// GQA (fused q+k) shapes: heads:40 means 32 query + 8 key heads of head_dim 128 per token. The
+// query block (tokens x 32 rows) and the key block (tokens x 8 rows) are separate arrays, laid out
+// one after the other in the input buffer and likewise in the output buffer, so:
+//   dispatch_qk  one rotary::apply_qk(rope, q_in, q_out, k_in, k_out, positions, 32, 8) call
+//   dispatch     two rotary::apply_unchecked calls, q then k (what a caller without apply_qk does)
+//   memcpy       one memcpy over both blocks: exactly the bytes the other two read and write
+// No other impl is registered at heads:40 (a plain 512 x 8 x 128 shape covers the key heads alone).
+//
 // After Google Benchmark's own report, a summary prints GB/s and the ratio to the memcpy of the
 // same pairing, dtype and shape measured in the same run (the median when
-// --benchmark_repetitions > 1).
+// --benchmark_repetitions > 1), then evaluates the performance targets on those numbers
+// (MET / NOT MET). Own flags (taken out before Google Benchmark sees the command line):
+//   --rotary_key_repetitions=N    run each key case (the cases the targets read) N times, in N
+//                                 interleaved rounds per shape, and report the median
+//                                 (benchmarks/run.sh: 3). Repeated runs share one name.
+//   --rotary_key_ratios_out=FILE  write dispatch/memcpy at 512 x 32 x 128 per pairing and dtype
+//   --rotary_compare_with=FILE    instead of the targets, compare this run's ratios with such a file
+//                                 (benchmarks/run.sh: the default-flags build against -march=native)
 //
-// Extending: a dtype is one line in kDtypes, an implementation one line in impls<T>(), a shape one
-// line in kShapes. Before anything runs, every implementation's output is checked against the
-// scalar kernel's on small inputs: bit for bit for the rotary kernels (dispatch and, later, every
-// SIMD kernel), within a few ulps for the Eigen formulations.
+// Extending: a dtype is one line in kDtypes, an implementation one entry in make_impls<T>(), a
+// shape one line in kShapes. Before anything runs, every implementation's output is checked
+// against the scalar kernel's on small inputs: bit for bit for the rotary kernels, within a few
+// ulps for the Eigen formulations and the cache-free rows (equal to the cached ones except on
+// near-ties).
 #include <benchmark/benchmark.h>
 
 #include <Eigen/Core>
@@ -30,11 +59,26 @@
 #include <memory>
 #include <new>
 #include <random>
+#include <sstream>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include <rotary/rotary.hpp>
+
+// The avx2/avx512 impls for f16 and bf16 call rotary::detail::{avx2,avx512}::rotate_tokens<f16|bf16>
+// directly, which only compiles with the x86 kernels that take 16-bit storage; config.hpp defines
+// ROTARY_AVX512_BF16_KERNELS (0 or 1) alongside them, so its presence turns these rows on. Override
+// with -DROTARY_BENCH_X86_HALF=0 or 1. Off, the f16/bf16 tables have no avx2/avx512 rows (dispatch
+// still runs whatever kernel it picks); the summary's build line says which.
+#ifndef ROTARY_BENCH_X86_HALF
+#if defined(ROTARY_AVX512_BF16_KERNELS)
+#define ROTARY_BENCH_X86_HALF 1
+#else
+#define ROTARY_BENCH_X86_HALF 0
+#endif
+#endif
 
 namespace {
 
@@ -45,22 +89,27 @@ using Index = Eigen::Index;
 
 struct Shape {
   std::int64_t tokens;
-  std::int64_t heads;
+  std::int64_t heads;     // head rows per token (fused shapes: query + key heads)
   std::int64_t head_dim;
+  std::int64_t kv_heads;  // fused q+k shapes: how many of `heads` are key heads; 0: one tensor
 
   constexpr std::int64_t elements() const { return tokens * heads * head_dim; }
+  constexpr bool fused() const { return kv_heads > 0; }
+  constexpr std::int64_t q_heads() const { return heads - kv_heads; }
 };
 
 // Real model shapes, working sets from L1 (decode) to DRAM (long prefill).
 constexpr Shape kShapes[] = {
-    {1, 32, 128},     // decode: one token, 32 heads x 128 (Llama-style)
-    {16, 32, 128},    // short prefill
-    {512, 32, 128},   // prefill
-    {4096, 32, 128},  // long prefill (DRAM)
-    {8192, 32, 128},  // longer prefill (DRAM)
-    {512, 32, 64},    // small heads
-    {512, 32, 256},   // large heads (Gemma-style)
-    {512, 8, 128},    // GQA key/value heads
+    {1, 32, 128, 0},     // decode: one token, 32 heads x 128 (Llama-style)
+    {16, 32, 128, 0},    // short prefill
+    {512, 32, 128, 0},   // prefill (L3-resident in f32: 16 MiB moved)
+    {4096, 32, 128, 0},  // long prefill (DRAM)
+    {8192, 32, 128, 0},  // longer prefill (DRAM)
+    {512, 32, 64, 0},    // small heads
+    {512, 32, 256, 0},   // large heads (Gemma-style)
+    {512, 8, 128, 0},    // GQA key heads alone
+    {1, 40, 128, 8},     // GQA decode, fused: 32 query + 8 key heads
+    {512, 40, 128, 8},   // GQA prefill, fused: 32 query + 8 key heads
 };
 
 constexpr std::int64_t max_tokens() {
@@ -69,7 +118,16 @@ constexpr std::int64_t max_tokens() {
   return m;
 }
 
+constexpr std::int64_t max_elements() {
+  std::int64_t m = 0;
+  for (const Shape& s : kShapes) m = s.elements() > m ? s.elements() : m;
+  return m;
+}
+
 constexpr Pairing kPairings[] = {Pairing::interleaved, Pairing::half_split};
+
+// The shape the targets, the key-ratio file and run.sh's -march=native comparison are about.
+constexpr Shape kKeyShape = {512, 32, 128, 0};
 
 // ---- data: one RoPE per (pairing, head_dim), one pair of buffers per dtype -------------------
 
@@ -82,23 +140,24 @@ const rotary::Rope<T>& rope_for(Pairing pairing, std::int64_t head_dim) {
 }
 
 template <class T>
+double to_double(T v) {
+  return static_cast<double>(static_cast<float>(v));  // f16/bf16 convert through float
+}
+
+template <class T>
 void fill_random(T* data, std::size_t n, std::uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   for (std::size_t i = 0; i < n; ++i) data[i] = static_cast<T>(dist(rng));
 }
 
-constexpr std::int64_t max_elements() {
-  std::int64_t m = 0;
-  for (const Shape& s : kShapes) m = s.elements() > m ? s.elements() : m;
-  return m;
-}
-
 // The input and output buffers of every benchmark of a dtype: one reservation sized for the largest
 // shape, so a case sees the same addresses whatever ran before it (or was filtered out). The output
 // sits 2 KiB off the input modulo 4 KiB, so no case streams with input and output at equal page
 // offsets (4K aliasing: loads falsely wait on earlier stores; glibc's memcpy also picks its path by
-// this distance). On the dev VM the effect was within run-to-run noise; this keeps it out by design.
+// this distance). It matters: on the dev VM (512 x 32 x 256 f32, 32 MiB moved) out - in = 0, 64 or
+// 3072 mod 4 KiB gave memcpy ~21 GB/s and interleaved dispatch ~16-21 GB/s, against ~35-37 and
+// ~28-32 GB/s at 512, 1024 or 2048 (median of 5; half_split stayed at ~15-17 GB/s at every offset).
 // Pages are touched (input filled with seeded random values, output zeroed) the first time a case
 // needs them, never inside a timed loop.
 template <class T>
@@ -151,8 +210,9 @@ Buffers<T>& buffers() {
 
 // ---- implementations ------------------------------------------------------------------------
 
-// One call: rotate (or copy) `shape` from `in` to `out`, rows = tokens*heads, row-major,
-// token t at position t (rotary::Positions::contiguous(0)).
+// One call: rotate (or copy) `shape` from `in` to `out`, rows = tokens*heads, row-major, token t
+// at position t (rotary::Positions::contiguous(0)). Fused shapes: the query block (tokens x
+// q_heads rows) starts at in/out, the key block (tokens x kv_heads rows) right after it.
 template <class T>
 struct Case {
   Pairing pairing;
@@ -160,10 +220,13 @@ struct Case {
   const rotary::Rope<T>* rope;
   const T* in;
   T* out;
+
+  std::int64_t k_offset() const { return shape.tokens * shape.q_heads() * shape.head_dim; }
 };
 
 // What an implementation's prepare step returns: one pass over the whole tensor. Everything that
-// is not part of the operation (matrices, broadcast tables) is built by prepare, outside timing.
+// is not part of the operation (matrices, broadcast tables, a cache-free Rope) is built by prepare,
+// outside timing.
 using Runner = std::function<void()>;
 
 template <class T>
@@ -174,7 +237,14 @@ enum class Expect {
   copy,       // equals the input (memcpy)
   reference,  // the reference the others are compared with (the scalar kernel)
   bit_exact,  // equals the reference bit for bit (every rotary kernel: same operation order)
-  close,      // within a few ulps of the reference (other formulations)
+  close,      // within a few ulps of the reference (other formulations, cache-free rows)
+};
+
+// Which shapes an implementation is registered (and checked) on.
+enum class Shapes {
+  plain,  // one tensor per call
+  fused,  // q+k shapes only
+  any,
 };
 
 template <class T>
@@ -182,7 +252,14 @@ struct Impl {
   const char* name;
   Prepare<T> prepare;
   Expect expect;
-  bool (*runs_on)(const Shape&);  // nullptr: every shape
+  Shapes shapes;
+  bool (*runs_on)(const Shape&);  // nullptr: every shape of its kind
+
+  bool registered_on(const Shape& s) const {
+    if (shapes == Shapes::plain && s.fused()) return false;
+    if (shapes == Shapes::fused && !s.fused()) return false;
+    return runs_on == nullptr || runs_on(s);
+  }
 };
 
 template <class T>
@@ -190,36 +267,77 @@ Runner prepare_memcpy(const Case<T>& c) {
   const T* in = c.in;
   T* out = c.out;
   const auto bytes = static_cast<std::size_t>(c.shape.elements()) * sizeof(T);
-  return [in, out, bytes] { std::memcpy(out, in, bytes); };
+  return [in, out, bytes] { std::memcpy(static_cast<void*>(out), static_cast<const void*>(in), bytes); };
+}
+
+rotary::StridedLayout contiguous_layout(std::int64_t tokens, std::int64_t heads, std::int64_t head_dim) {
+  rotary::StridedLayout layout;
+  layout.tokens = tokens;
+  layout.heads = heads;
+  layout.head_stride = head_dim;
+  layout.token_stride = heads * head_dim;
+  return layout;
 }
 
 // A rotary kernel called directly (no dispatch, no checks): Kernel(args, token_begin, token_end).
+// Fused shapes pass the key block as the kernel's second stream, as apply_qk does.
 template <class T, auto Kernel>
 Runner prepare_kernel(const Case<T>& c) {
-  rotary::StridedLayout layout;
-  layout.tokens = c.shape.tokens;
-  layout.heads = c.shape.heads;
-  layout.head_stride = c.shape.head_dim;
-  layout.token_stride = c.shape.heads * c.shape.head_dim;
+  const Shape& s = c.shape;
+  const rotary::StridedLayout q = contiguous_layout(s.tokens, s.q_heads(), s.head_dim);
+  rotary::detail::StreamArgs<T> k;
+  if (s.fused()) {
+    const rotary::StridedLayout kl = contiguous_layout(s.tokens, s.kv_heads, s.head_dim);
+    k = rotary::detail::make_stream(c.in + c.k_offset(), kl, c.out + c.k_offset(), kl);
+  }
   const rotary::detail::KernelArgs<T> args =
-      rotary::detail::make_args(*c.rope, c.in, layout, c.out, layout,
+      rotary::detail::make_args(*c.rope, rotary::detail::make_stream(c.in, q, c.out, q), k, s.tokens,
                                 rotary::Positions::contiguous(0), rotary::Direction::forward);
   return [args] { Kernel(args, 0, args.tokens); };
 }
 
-// The public unchecked entry point, out of place over Eigen rows: whatever kernel it dispatches to.
+// rotary::apply_unchecked out of place over Eigen rows (tokens*heads x head_dim).
+template <class T>
+void apply_rows(const rotary::Rope<T>& rope, const T* in, T* out, std::int64_t tokens, std::int64_t heads,
+                std::int64_t head_dim) {
+  Eigen::Map<const rotary::RowMatrix<T>> x(in, tokens * heads, head_dim);
+  Eigen::Map<rotary::RowMatrix<T>> y(out, tokens * heads, head_dim);
+  rotary::apply_unchecked(rope, x, y, rotary::Positions::contiguous(0), heads);
+}
+
+// The public unchecked entry point: whatever kernel it dispatches to. Fused shapes: two calls, the
+// query block then the key block.
 template <class T>
 Runner prepare_dispatch(const Case<T>& c) {
-  const rotary::Rope<T>* rope = c.rope;
-  const T* in = c.in;
-  T* out = c.out;
-  const Index rows = c.shape.tokens * c.shape.heads;
-  const Index cols = c.shape.head_dim;
-  const std::int64_t heads = c.shape.heads;
-  return [rope, in, out, rows, cols, heads] {
-    Eigen::Map<const rotary::RowMatrix<T>> x(in, rows, cols);
-    Eigen::Map<rotary::RowMatrix<T>> y(out, rows, cols);
-    rotary::apply_unchecked(*rope, x, y, rotary::Positions::contiguous(0), heads);
+  const Case<T> k = c;
+  return [k] {
+    const Shape& s = k.shape;
+    apply_rows(*k.rope, k.in, k.out, s.tokens, s.q_heads(), s.head_dim);
+    if (s.fused()) apply_rows(*k.rope, k.in + k.k_offset(), k.out + k.k_offset(), s.tokens, s.kv_heads, s.head_dim);
+  };
+}
+
+// The same call with a cache-free Rope of the same spec (built here, outside timing).
+template <class T>
+Runner prepare_onthefly(const Case<T>& c) {
+  auto rope = std::make_shared<const rotary::Rope<T>>(c.rope->spec(), rotary::OnTheFly{});
+  Case<T> k = c;
+  k.rope = rope.get();
+  return [k, rope] { apply_rows(*k.rope, k.in, k.out, k.shape.tokens, k.shape.heads, k.shape.head_dim); };
+}
+
+// Fused q+k: one checked rotary::apply_qk out of place (its checks are O(1) for contiguous positions).
+template <class T>
+Runner prepare_dispatch_qk(const Case<T>& c) {
+  const Case<T> k = c;
+  return [k] {
+    const Shape& s = k.shape;
+    Eigen::Map<const rotary::RowMatrix<T>> q_in(k.in, s.tokens * s.q_heads(), s.head_dim);
+    Eigen::Map<rotary::RowMatrix<T>> q_out(k.out, s.tokens * s.q_heads(), s.head_dim);
+    Eigen::Map<const rotary::RowMatrix<T>> k_in(k.in + k.k_offset(), s.tokens * s.kv_heads, s.head_dim);
+    Eigen::Map<rotary::RowMatrix<T>> k_out(k.out + k.k_offset(), s.tokens * s.kv_heads, s.head_dim);
+    rotary::apply_qk(*k.rope, q_in, q_out, k_in, k_out, rotary::Positions::contiguous(0), s.q_heads(),
+                     s.kv_heads);
   };
 }
 
@@ -244,7 +362,7 @@ Runner prepare_matrix(const Case<T>& c) {
   std::vector<double> cos_row(static_cast<std::size_t>(h));
   std::vector<double> sin_row(static_cast<std::size_t>(h));
   for (std::int64_t t = 0; t < c.shape.tokens; ++t) {
-    const T* row = cache.row(t);
+    const auto* row = cache.row(t);
     for (std::int64_t j = 0; j < h; ++j) {
       cos_row[static_cast<std::size_t>(j)] = static_cast<double>(row[j]);
       sin_row[static_cast<std::size_t>(j)] = static_cast<double>(row[h + j]);
@@ -323,25 +441,43 @@ Runner prepare_eigen_expr(const Case<T>& c) {
   };
 }
 
-// Every implementation benchmarked for dtype T; adding one (avx2, avx512, neon) is one line, e.g.
-//   {"avx512", &prepare_kernel<T, &rotary::detail::avx512::rotate_tokens<T>>, Expect::bit_exact,
-//    [](const Shape&) { return rotary::isa_supported(rotary::Isa::avx512); }},
-// runs_on also guards the startup check, so an ISA this CPU lacks is neither checked nor run.
+// Whether the x86 kernels are registered for storage type T (see ROTARY_BENCH_X86_HALF).
+template <class T>
+constexpr bool kX86Impls = std::is_same_v<T, float> || std::is_same_v<T, double> || ROTARY_BENCH_X86_HALF != 0;
+
+// Every implementation benchmarked for dtype T, in the order the tables list them. runs_on also
+// guards the startup check, so an ISA this CPU lacks is neither checked nor run.
+template <class T>
+std::vector<Impl<T>> make_impls() {
+  std::vector<Impl<T>> t;
+  t.push_back({"memcpy", &prepare_memcpy<T>, Expect::copy, Shapes::any, nullptr});
+  if constexpr (std::is_same_v<T, float>) {
+    t.push_back({"matrix", &prepare_matrix<T>, Expect::close, Shapes::plain, &matrix_fits<T>});
+    t.push_back({"eigen_expr", &prepare_eigen_expr<T>, Expect::close, Shapes::plain, nullptr});
+  }
+  t.push_back({"scalar", &prepare_kernel<T, &rotary::detail::scalar::rotate_tokens<T>>, Expect::reference,
+               Shapes::plain, nullptr});
+#if ROTARY_X86_KERNELS
+  if constexpr (kX86Impls<T>) {
+    t.push_back({"avx2", &prepare_kernel<T, &rotary::detail::avx2::rotate_tokens<T>>, Expect::bit_exact,
+                 Shapes::plain, [](const Shape&) { return rotary::isa_supported(rotary::Isa::avx2); }});
+    t.push_back({"avx512", &prepare_kernel<T, &rotary::detail::avx512::rotate_tokens<T>>, Expect::bit_exact,
+                 Shapes::plain, [](const Shape&) { return rotary::isa_supported(rotary::Isa::avx512); }});
+  }
+#endif
+#if defined(ROTARY_NEON_KERNELS) && ROTARY_NEON_KERNELS
+  t.push_back({"neon", &prepare_kernel<T, &rotary::detail::neon::rotate_tokens<T>>, Expect::bit_exact,
+               Shapes::plain, [](const Shape&) { return rotary::isa_supported(rotary::Isa::neon); }});
+#endif
+  t.push_back({"dispatch", &prepare_dispatch<T>, Expect::bit_exact, Shapes::any, nullptr});
+  t.push_back({"onthefly", &prepare_onthefly<T>, Expect::close, Shapes::plain, nullptr});
+  t.push_back({"dispatch_qk", &prepare_dispatch_qk<T>, Expect::bit_exact, Shapes::fused, nullptr});
+  return t;
+}
+
 template <class T>
 const std::vector<Impl<T>>& impls() {
-  static const std::vector<Impl<T>> table = {
-      {"memcpy", &prepare_memcpy<T>, Expect::copy, nullptr},
-      {"matrix", &prepare_matrix<T>, Expect::close, &matrix_fits<T>},
-      {"eigen_expr", &prepare_eigen_expr<T>, Expect::close, nullptr},
-      {"scalar", &prepare_kernel<T, &rotary::detail::scalar::rotate_tokens<T>>, Expect::reference, nullptr},
-#if ROTARY_X86_KERNELS
-      {"avx2", &prepare_kernel<T, &rotary::detail::avx2::rotate_tokens<T>>, Expect::bit_exact,
-       [](const Shape&) { return rotary::isa_supported(rotary::Isa::avx2); }},
-      {"avx512", &prepare_kernel<T, &rotary::detail::avx512::rotate_tokens<T>>, Expect::bit_exact,
-       [](const Shape&) { return rotary::isa_supported(rotary::Isa::avx512); }},
-#endif
-      {"dispatch", &prepare_dispatch<T>, Expect::bit_exact, nullptr},
-  };
+  static const std::vector<Impl<T>> table = make_impls<T>();
   return table;
 }
 
@@ -354,20 +490,25 @@ const std::vector<Impl<T>>& impls() {
 
 template <class T>
 void check_dtype(const char* dtype) {
-  std::vector<std::int64_t> head_dims;
-  for (const Shape& s : kShapes)
-    if (std::find(head_dims.begin(), head_dims.end(), s.head_dim) == head_dims.end())
-      head_dims.push_back(s.head_dim);
+  // One small shape per head_dim and kind (plain, fused) of the registered shapes.
+  std::vector<Shape> shapes;
+  for (const Shape& s : kShapes) {
+    const Shape small = s.fused() ? Shape{17, 5, s.head_dim, 2} : Shape{17, 3, s.head_dim, 0};
+    const bool seen = std::any_of(shapes.begin(), shapes.end(), [&small](const Shape& x) {
+      return x.head_dim == small.head_dim && x.kv_heads == small.kv_heads;
+    });
+    if (!seen) shapes.push_back(small);
+  }
   const auto& table = impls<T>();
   const auto reference = std::find_if(table.begin(), table.end(),
                                       [](const Impl<T>& i) { return i.expect == Expect::reference; });
   if (reference == table.end()) fail("no implementation is marked Expect::reference");
   // close: |y - y_ref| <= 16 ulp(1); inputs lie in [-1, 1], so outputs in [-sqrt 2, sqrt 2].
-  const double tolerance = 16.0 * static_cast<double>(std::numeric_limits<T>::epsilon());
+  const double tolerance = 16.0 * to_double(std::numeric_limits<T>::epsilon());
 
   for (const Pairing pairing : kPairings) {
-    for (const std::int64_t head_dim : head_dims) {
-      const Shape shape{17, 3, head_dim};
+    for (const Shape& shape : shapes) {
+      const std::int64_t head_dim = shape.head_dim;
       const auto n = static_cast<std::size_t>(shape.elements());
       const rotary::Rope<T> rope(rotary::RotarySpec(head_dim, pairing), shape.tokens);
       rotary::detail::AlignedVector<T> in(n);
@@ -378,27 +519,26 @@ void check_dtype(const char* dtype) {
 
       for (const Impl<T>& impl : table) {
         if (impl.expect == Expect::reference) continue;
-        if (impl.runs_on != nullptr && !impl.runs_on(shape)) continue;
+        if (!impl.registered_on(shape)) continue;
         std::fill(got.begin(), got.end(), T(0));
         impl.prepare(Case<T>{pairing, shape, &rope, in.data(), got.data()})();
         const rotary::detail::AlignedVector<T>& expected = impl.expect == Expect::copy ? in : want;
         for (std::size_t i = 0; i < n; ++i) {
-          const auto g = static_cast<double>(got[i]);
-          const auto e = static_cast<double>(expected[i]);
+          const double g = to_double(got[i]);
+          const double e = to_double(expected[i]);
           const bool ok = impl.expect == Expect::close
                               ? std::fabs(g - e) <= tolerance
                               : std::memcmp(&got[i], &expected[i], sizeof(T)) == 0;
           if (!ok) {
             const auto d = static_cast<std::size_t>(head_dim);
-            const auto heads = static_cast<std::size_t>(shape.heads);
             char message[512];
             std::snprintf(message, sizeof message,
-                          "%s/%s/%s, %lld tokens x %lld heads x head_dim %lld: token %zu head %zu "
-                          "column %zu is %.9g, %s %.9g (%s)",
+                          "%s/%s/%s, %lld tokens x %lld heads (%lld of them key heads) x head_dim %lld: "
+                          "element %zu (row %zu, column %zu) is %.9g, %s %.9g (%s)",
                           rotary::to_string(pairing).data(), dtype, impl.name,
                           static_cast<long long>(shape.tokens), static_cast<long long>(shape.heads),
-                          static_cast<long long>(head_dim), i / d / heads, i / d % heads, i % d, g,
-                          impl.expect == Expect::copy ? "input" : reference->name, e,
+                          static_cast<long long>(shape.kv_heads), static_cast<long long>(head_dim), i,
+                          i / d, i % d, g, impl.expect == Expect::copy ? "input" : reference->name, e,
                           impl.expect == Expect::close ? "beyond tolerance" : "not bit-identical");
             fail(message);
           }
@@ -463,34 +603,63 @@ void run_case(benchmark::State& state, int id, std::size_t impl_index, Pairing p
                           static_cast<std::int64_t>(sizeof(T)));
 }
 
+std::string shape_args(const Shape& s) {
+  return "tokens:" + std::to_string(s.tokens) + "/heads:" + std::to_string(s.heads) +
+         "/head_dim:" + std::to_string(s.head_dim);
+}
+
+// Key cases: what the targets read. With --rotary_key_repetitions=N (benchmarks/run.sh: 3) each is
+// registered N times under its own name, in N interleaved rounds over its shape's key impls (memcpy,
+// dispatch, ... memcpy, dispatch, ...), so a ratio's two sides are measured close together in time;
+// the summary takes the median of all runs of a name.
+bool is_key_shape(const Shape& s) {
+  const Shape key[] = {{1, 32, 128, 0}, kKeyShape, {8192, 32, 128, 0}, {512, 40, 128, 8}};
+  return std::any_of(std::begin(key), std::end(key), [&s](const Shape& k) {
+    return k.tokens == s.tokens && k.heads == s.heads && k.head_dim == s.head_dim && k.kv_heads == s.kv_heads;
+  });
+}
+
+bool is_key_impl(const std::string& impl) {
+  return impl == "memcpy" || impl == "dispatch" || impl == "matrix" || impl == "onthefly" ||
+         impl == "dispatch_qk";
+}
+
+int& key_repetitions() {
+  static int n = 1;
+  return n;
+}
+
 template <class T>
 void register_dtype(const char* dtype) {
   check_dtype<T>(dtype);
+  static int next_id = 0;  // one per registration (PreparedSlot), shared by all dtypes
   const auto& table = impls<T>();
   for (const Pairing pairing : kPairings) {
     for (const Shape& shape : kShapes) {
-      for (std::size_t i = 0; i < table.size(); ++i) {
-        const Impl<T>& impl = table[i];
-        if (impl.runs_on != nullptr && !impl.runs_on(shape)) continue;
-        const std::string pairing_name(rotary::to_string(pairing));
-        const std::string name = "apply/" + pairing_name + "/" + dtype + "/" + impl.name;
-        const int id = static_cast<int>(registered().size());
-        benchmark::RegisterBenchmark(name.c_str(),
-                                     [id, i, pairing, shape](benchmark::State& state) {
-                                       run_case<T>(state, id, i, pairing, shape);
-                                     })
-            ->Args({shape.tokens, shape.heads, shape.head_dim})
-            ->ArgNames({"tokens", "heads", "head_dim"})
-            ->Unit(benchmark::kMicrosecond);
-        const std::string full = name + "/tokens:" + std::to_string(shape.tokens) + "/heads:" +
-                                 std::to_string(shape.heads) + "/head_dim:" + std::to_string(shape.head_dim);
-        registered()[full] = CaseInfo{pairing_name, dtype, impl.name, shape, sizeof(T)};
+      const int rounds = is_key_shape(shape) ? key_repetitions() : 1;
+      for (int round = 0; round < rounds; ++round) {
+        for (std::size_t i = 0; i < table.size(); ++i) {
+          const Impl<T>& impl = table[i];
+          if (!impl.registered_on(shape)) continue;
+          if (round > 0 && !is_key_impl(impl.name)) continue;
+          const std::string pairing_name(rotary::to_string(pairing));
+          const std::string name = "apply/" + pairing_name + "/" + dtype + "/" + impl.name;
+          const int id = next_id++;
+          benchmark::RegisterBenchmark(name.c_str(),
+                                       [id, i, pairing, shape](benchmark::State& state) {
+                                         run_case<T>(state, id, i, pairing, shape);
+                                       })
+              ->Args({shape.tokens, shape.heads, shape.head_dim})
+              ->ArgNames({"tokens", "heads", "head_dim"})
+              ->Unit(benchmark::kMicrosecond);
+          registered()[name + "/" + shape_args(shape)] = CaseInfo{pairing_name, dtype, impl.name, shape, sizeof(T)};
+        }
       }
     }
   }
 }
 
-// Every dtype benchmarked; adding one (f16, bf16) is one line: {"bf16", &register_dtype<bf16>}.
+// Every dtype benchmarked, one line each.
 struct Dtype {
   const char* name;
   void (*register_all)(const char* name);
@@ -498,16 +667,36 @@ struct Dtype {
 
 constexpr Dtype kDtypes[] = {
     {"f32", &register_dtype<float>},
+    {"f16", &register_dtype<rotary::f16>},
+    {"bf16", &register_dtype<rotary::bf16>},
 };
 
 // ---- summary --------------------------------------------------------------------------------
 
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Every run of one name: Google Benchmark's repetitions of it, and its key-case rounds.
 struct Result {
   std::string name;
-  std::vector<double> bytes_per_second;  // one per repetition
-  double median_aggregate = -1;          // Google Benchmark's median, when it computed one
+  std::vector<double> bytes_per_second;   // one per run
+  std::vector<double> median_aggregates;  // Google Benchmark's medians (one per registration)
   std::int64_t repetitions = 1;
   std::string error;
+
+  // The median of the runs (or of the medians, when only aggregates were reported); < 0: none.
+  double value() const {
+    if (!bytes_per_second.empty()) return median(bytes_per_second);
+    if (!median_aggregates.empty()) return median(median_aggregates);
+    return -1;
+  }
+  std::size_t runs() const {
+    if (!bytes_per_second.empty()) return bytes_per_second.size();
+    return median_aggregates.size() * static_cast<std::size_t>(repetitions);
+  }
 };
 
 // Forwards everything to the display reporter --benchmark_format asks for, and keeps the runs.
@@ -534,7 +723,7 @@ class RecordingReporter : public benchmark::BenchmarkReporter {
       if (run.run_type == Run::RT_Iteration)
         r.bytes_per_second.push_back(bps->second.value);
       else if (run.aggregate_name == "median")
-        r.median_aggregate = bps->second.value;
+        r.median_aggregates.push_back(bps->second.value);
     }
     display_->ReportRuns(runs);
   }
@@ -552,7 +741,7 @@ class RecordingReporter : public benchmark::BenchmarkReporter {
     const auto it = index_.find(name);
     if (it != index_.end()) return results_[it->second];
     index_[name] = results_.size();
-    results_.push_back(Result{name, {}, -1, 1, {}});
+    results_.push_back(Result{name, {}, {}, 1, {}});
     return results_.back();
   }
 
@@ -561,12 +750,6 @@ class RecordingReporter : public benchmark::BenchmarkReporter {
   std::vector<Result> results_;
   std::map<std::string, std::size_t> index_;
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 // "model name" from /proc/cpuinfo, with the x86 family/model numbers when present (virtual machines
 // often report a generic name such as "AMD EPYC").
@@ -636,6 +819,9 @@ std::string build_description() {
   } catch (const rotary::error& e) {
     s += std::string("; dispatch: ") + e.what();
   }
+#if ROTARY_X86_KERNELS
+  s += ROTARY_BENCH_X86_HALF ? "; f16/bf16 avx2/avx512 impls on" : "; f16/bf16 avx2/avx512 impls off (ROTARY_BENCH_X86_HALF=0)";
+#endif
   return s;
 }
 
@@ -656,59 +842,207 @@ std::string machine_description(const benchmark::CPUInfo* cpu) {
   return s;
 }
 
-void print_summary(const RecordingReporter& rec, std::FILE* out) {
+// The measured bytes/s of each case by (pairing, dtype, impl, shape); < 0 where it did not run.
+class Measurements {
+ public:
+  void add(const CaseInfo& c, double bps) { bps_[key(c.pairing, c.dtype, c.impl, c.shape)] = bps; }
+  double get(const std::string& pairing, const std::string& dtype, const std::string& impl,
+             const Shape& s) const {
+    const auto it = bps_.find(key(pairing, dtype, impl, s));
+    return it == bps_.end() ? -1 : it->second;
+  }
+
+ private:
+  static std::string key(const std::string& pairing, const std::string& dtype, const std::string& impl,
+                         const Shape& s) {
+    return pairing + "/" + dtype + "/" + impl + "/" + shape_args(s);
+  }
+  std::map<std::string, double> bps_;
+};
+
+const char* const kDtypeNames[] = {"f32", "f16", "bf16"};
+const char* const kPairingNames[] = {"interleaved", "half_split"};
+
+// The targets (dispatch impl, 1 thread) evaluated on this run's numbers. Targets whose
+// cases were filtered out are skipped. Returns {met, evaluated}.
+std::pair<int, int> print_targets(const Measurements& m, std::FILE* out) {
+  int met = 0;
+  int total = 0;
+  auto verdict = [&](bool ok) {
+    ++total;
+    met += ok ? 1 : 0;
+    return ok ? "MET" : "NOT MET";
+  };
+  const Shape decode{1, 32, 128, 0};
+  const Shape dram{8192, 32, 128, 0};
+  const Shape k = kKeyShape;
+  std::fprintf(out, "\ntargets (dispatch impl unless named; ratios of GB/s on the same bytes, this run):\n");
+  // Throughput ratio impl/base on `shape`, against a lower bound.
+  auto at_least = [&](const char* dtype, const char* pairing, const Shape& s, const char* what,
+                      const char* impl, const char* base, double bound) {
+    const double a = m.get(pairing, dtype, impl, s);
+    const double b = m.get(pairing, dtype, base, s);
+    if (a <= 0 || b <= 0) return;
+    const double r = a / b;
+    std::fprintf(out, "  %-4s %-11s %-18s %s %6.2fx %-8s (%6.2f vs %6.2f GB/s; target >= %g) %s\n", dtype, pairing,
+                 what, impl, r, base, a / 1e9, b / 1e9, bound, verdict(r >= bound));
+  };
+  // Time ratio impl/base (= base GB/s / impl GB/s), against an upper bound.
+  auto at_most_time = [&](const char* dtype, const char* pairing, const Shape& s, const char* what,
+                          const char* impl, const char* base, double bound) {
+    const double a = m.get(pairing, dtype, impl, s);
+    const double b = m.get(pairing, dtype, base, s);
+    if (a <= 0 || b <= 0) return;
+    const double r = b / a;
+    std::fprintf(out, "  %-4s %-11s %-18s %s %6.2fx %s time (%6.2f vs %6.2f GB/s; target <= %g) %s\n", dtype,
+                 pairing, what, impl, r, base, a / 1e9, b / 1e9, bound, verdict(r <= bound));
+  };
+  for (const char* p : kPairingNames) at_least("f32", p, k, "512 tok (L3)", "dispatch", "memcpy", 0.85);
+  for (const char* p : kPairingNames) at_least("f32", p, dram, "8192 tok (DRAM)", "dispatch", "memcpy", 0.9);
+  for (const char* d : {"f16", "bf16"})
+    for (const char* p : kPairingNames) at_least(d, p, k, "512 tok", "dispatch", "memcpy", 0.8);
+  for (const char* d : kDtypeNames)
+    for (const char* p : kPairingNames) at_most_time(d, p, decode, "decode (1 tok)", "dispatch", "memcpy", 2.0);
+  for (const char* p : kPairingNames) at_least("f32", p, k, "512 tok", "dispatch", "matrix", 10.0);
+  for (const char* d : kDtypeNames)
+    for (const char* p : kPairingNames) at_most_time(d, p, k, "512 tok", "onthefly", "dispatch", 1.5);
+  // Fused q+k: no target, for information.
+  const Shape gqa{512, 40, 128, 8};
+  bool header = false;
+  for (const char* d : kDtypeNames) {
+    for (const char* p : kPairingNames) {
+      const double qk = m.get(p, d, "dispatch_qk", gqa);
+      const double two = m.get(p, d, "dispatch", gqa);
+      const double base = m.get(p, d, "memcpy", gqa);
+      if (qk <= 0 || two <= 0 || base <= 0) continue;
+      if (!header) std::fprintf(out, "  (info) GQA 512 tok x (32 q + 8 kv) x 128, fused apply_qk vs two apply calls:\n");
+      header = true;
+      std::fprintf(out, "  %-4s %-11s dispatch_qk %5.2fx memcpy, two calls %5.2fx memcpy (%6.2f / %6.2f / %6.2f GB/s)\n",
+                   d, p, qk / base, two / base, qk / 1e9, two / 1e9, base / 1e9);
+    }
+  }
+  if (total > 0) std::fprintf(out, "  %d of %d targets MET\n", met, total);
+  return {met, total};
+}
+
+// Key ratios (dispatch / memcpy at kKeyShape) for run.sh's default-vs-native comparison.
+void write_key_ratios(const Measurements& m, const std::string& path) {
+  std::ofstream f(path);
+  if (!f) {
+    std::fprintf(stderr, "rotary_bench: cannot write %s\n", path.c_str());
+    return;
+  }
+  f << "# build: " << build_description() << "\n";
+  for (const char* d : kDtypeNames) {
+    for (const char* p : kPairingNames) {
+      const double a = m.get(p, d, "dispatch", kKeyShape);
+      const double b = m.get(p, d, "memcpy", kKeyShape);
+      if (a > 0 && b > 0) f << p << ' ' << d << ' ' << a << ' ' << b << '\n';
+    }
+  }
+}
+
+void print_comparison(const Measurements& m, const std::string& path, std::FILE* out) {
+  std::ifstream f(path);
+  if (!f) {
+    std::fprintf(out, "\nrotary_bench: cannot read %s: no build comparison\n", path.c_str());
+    return;
+  }
+  std::string line;
+  std::fprintf(out,
+               "\nbuild comparison, dispatch at 512 tok x 32 x 128 (each ratio to memcpy of its own run):\n"
+               "  target: the build in %s (no -m flags) within 5%% of this build\n",
+               path.c_str());
+  int met = 0;
+  int total = 0;
+  while (std::getline(f, line)) {
+    if (line.rfind("# build: ", 0) == 0) {
+      std::fprintf(out, "  that build: %s\n  this build: %s\n", line.c_str() + 9, build_description().c_str());
+      continue;
+    }
+    std::istringstream in(line);
+    std::string p;
+    std::string d;
+    double other_dispatch = 0;
+    double other_memcpy = 0;
+    if (!(in >> p >> d >> other_dispatch >> other_memcpy) || other_memcpy <= 0) continue;
+    const double a = m.get(p, d, "dispatch", kKeyShape);
+    const double b = m.get(p, d, "memcpy", kKeyShape);
+    if (a <= 0 || b <= 0) continue;
+    const double that_ratio = other_dispatch / other_memcpy;
+    const double this_ratio = a / b;
+    const double rel = that_ratio / this_ratio;
+    const bool ok = rel >= 0.95;
+    ++total;
+    met += ok ? 1 : 0;
+    std::fprintf(out, "  %-4s %-11s default %.3fx memcpy, native %.3fx memcpy: default/native %.3f (target >= 0.95) %s\n",
+                 d.c_str(), p.c_str(), that_ratio, this_ratio, rel, ok ? "MET" : "NOT MET");
+  }
+  if (total > 0)
+    std::fprintf(out, "  %d of %d MET\n", met, total);
+  else
+    std::fprintf(out, "  no case in common (was the key shape filtered out of either run?)\n");
+}
+
+struct SummaryOptions {
+  std::string key_ratios_out;
+  std::string compare_with;
+};
+
+void print_summary(const RecordingReporter& rec, const SummaryOptions& options, std::FILE* out) {
   struct Row {
     const CaseInfo* info;
     double bps;
+    std::size_t runs;
     std::string error;
   };
   std::vector<Row> rows;
-  std::map<std::string, double> baseline;  // "pairing/dtype/shape" -> memcpy bytes/s
-  std::int64_t repetitions = 1;
-  auto key = [](const CaseInfo& c) {
-    return c.pairing + "/" + c.dtype + "/" + std::to_string(c.shape.tokens) + "/" +
-           std::to_string(c.shape.heads) + "/" + std::to_string(c.shape.head_dim);
-  };
+  Measurements measured;
+  std::size_t min_runs = 0;
+  std::size_t max_runs = 0;
+  auto group_key = [](const CaseInfo& c) { return c.pairing + "/" + c.dtype + "/" + shape_args(c.shape); };
+  std::map<std::string, double> baseline;  // group -> memcpy bytes/s
   for (const Result& r : rec.results()) {
     const auto it = registered().find(r.name);
     if (it == registered().end()) {
       std::fprintf(out, "rotary_bench: warning: run '%s' matches no registered case\n", r.name.c_str());
       continue;
     }
-    double bps = -1;
-    if (r.median_aggregate >= 0) {
-      bps = r.median_aggregate;
-    } else if (!r.bytes_per_second.empty()) {
-      bps = median(r.bytes_per_second);
-    }
-    repetitions = std::max(repetitions, r.repetitions);
-    rows.push_back(Row{&it->second, bps, r.error});
-    if (it->second.impl == "memcpy" && bps > 0) baseline[key(it->second)] = bps;
+    const double bps = r.value();
+    const std::size_t runs = r.runs();
+    min_runs = rows.empty() ? runs : std::min(min_runs, runs);
+    max_runs = std::max(max_runs, runs);
+    rows.push_back(Row{&it->second, bps, runs, r.error});
+    if (bps > 0) measured.add(it->second, bps);
+    if (it->second.impl == "memcpy" && bps > 0) baseline[group_key(it->second)] = bps;
   }
   if (rows.empty()) return;
 
-  if (repetitions > 1)
-    std::fprintf(out, "\nrotary_bench summary: 1 thread, out of place, median of %lld repetitions\n",
-                 static_cast<long long>(repetitions));
-  else
+  if (max_runs <= 1)
     std::fprintf(out, "\nrotary_bench summary: 1 thread, out of place, single run each\n");
+  else if (min_runs == max_runs)
+    std::fprintf(out, "\nrotary_bench summary: 1 thread, out of place, median of %zu runs each\n", max_runs);
+  else
+    std::fprintf(out, "\nrotary_bench summary: 1 thread, out of place, median of the runs column (key cases: %zu)\n",
+                 max_runs);
   std::fprintf(out, "  GB/s = 1e9 B/s of vectors read + written (cos/sin table not counted), per CPU time\n");
   std::fprintf(out, "  x memcpy = GB/s / memcpy GB/s of the same pairing, dtype and shape, in this run\n");
+  std::fprintf(out, "  heads 40 = 32 query + 8 key heads per token, separate q and k arrays (fused shapes)\n");
   std::fprintf(out, "machine: %s\n", machine_description(rec.cpu()).c_str());
   std::fprintf(out, "build:   %s\n\n", build_description().c_str());
-  std::fprintf(out, "%-12s %-5s %-10s %6s %5s %8s %9s %9s %9s\n", "pairing", "dtype", "impl", "tokens",
-               "heads", "head_dim", "MiB", "GB/s", "x memcpy");
+  std::fprintf(out, "%-12s %-5s %-11s %6s %5s %8s %9s %4s %9s %9s\n", "pairing", "dtype", "impl", "tokens",
+               "heads", "head_dim", "MiB", "runs", "GB/s", "x memcpy");
   std::string previous_group;
   for (const Row& row : rows) {
     const CaseInfo& c = *row.info;
-    const std::string group = key(c);
+    const std::string group = group_key(c);
     if (!previous_group.empty() && group != previous_group) std::fprintf(out, "\n");
     previous_group = group;
     const double mib = 2.0 * static_cast<double>(c.shape.elements()) *
                        static_cast<double>(c.element_bytes) / (1024.0 * 1024.0);
-    std::fprintf(out, "%-12s %-5s %-10s %6lld %5lld %8lld %9.2f ", c.pairing.c_str(), c.dtype.c_str(),
+    std::fprintf(out, "%-12s %-5s %-11s %6lld %5lld %8lld %9.2f %4zu ", c.pairing.c_str(), c.dtype.c_str(),
                  c.impl.c_str(), static_cast<long long>(c.shape.tokens),
-                 static_cast<long long>(c.shape.heads), static_cast<long long>(c.shape.head_dim), mib);
+                 static_cast<long long>(c.shape.heads), static_cast<long long>(c.shape.head_dim), mib, row.runs);
     if (!row.error.empty() || row.bps < 0) {
       std::fprintf(out, "%9s %9s  %s\n", "-", "-", row.error.empty() ? "no result" : row.error.c_str());
       continue;
@@ -719,7 +1053,27 @@ void print_summary(const RecordingReporter& rec, std::FILE* out) {
     else
       std::fprintf(out, "%9.2f %9.3f\n", row.bps / 1e9, row.bps / base->second);
   }
+  if (options.compare_with.empty())
+    print_targets(measured, out);
+  else
+    print_comparison(measured, options.compare_with, out);
+  if (!options.key_ratios_out.empty()) write_key_ratios(measured, options.key_ratios_out);
   std::fflush(out);
+}
+
+// Takes `--name=value` out of args (the last one wins); returns value or "".
+std::string take_flag(std::vector<char*>& args, const std::string& name) {
+  const std::string prefix = "--" + name + "=";
+  std::string value;
+  for (auto it = args.begin(); it != args.end();) {
+    if (*it != nullptr && std::string(*it).rfind(prefix, 0) == 0) {
+      value = std::string(*it).substr(prefix.size());
+      it = args.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return value;
 }
 
 }  // namespace
@@ -732,6 +1086,19 @@ int main(int argc, char** argv) {
   args.push_back(argv[0]);
   args.push_back(min_time.data());
   for (int i = 1; i < argc; ++i) args.push_back(argv[i]);
+  SummaryOptions options;
+  options.key_ratios_out = take_flag(args, "rotary_key_ratios_out");
+  options.compare_with = take_flag(args, "rotary_compare_with");
+  const std::string key_reps = take_flag(args, "rotary_key_repetitions");
+  if (!key_reps.empty()) {
+    char* end = nullptr;
+    const long n = std::strtol(key_reps.c_str(), &end, 10);
+    if (end == key_reps.c_str() || *end != '\0' || n < 1 || n > 100) {
+      std::fprintf(stderr, "rotary_bench: --rotary_key_repetitions wants 1..100, got '%s'\n", key_reps.c_str());
+      return 1;
+    }
+    key_repetitions() = static_cast<int>(n);
+  }
   int count = static_cast<int>(args.size());
   args.push_back(nullptr);
   benchmark::Initialize(&count, args.data());
@@ -743,7 +1110,7 @@ int main(int argc, char** argv) {
   benchmark::RunSpecifiedBenchmarks(&reporter);
   std::cout.flush();
   // Machine-readable output on stdout stays parseable: the summary goes to stderr then.
-  print_summary(reporter, reporter.display_is_console() ? stdout : stderr);
+  print_summary(reporter, options, reporter.display_is_console() ? stdout : stderr);
   benchmark::Shutdown();
   return 0;
 }

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Builds rotary and runs its whole test suite: g++ and clang++ with -Werror, then the suite again
-# under AddressSanitizer + UndefinedBehaviorSanitizer. Installs missing Debian packages first.
+# under AddressSanitizer + UndefinedBehaviorSanitizer, then an AArch64 cross build whose tests
+# (NEON kernels included) run under qemu-aarch64. Installs missing Debian packages first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash cmake/deps.sh tests
-for preset in gcc clang sanitize; do
+bash cmake/deps.sh tests cross
+for preset in gcc clang sanitize aarch64; do
   echo "=== rotary: workflow preset '$preset' ==="
   cmake --workflow --preset "$preset"
 done

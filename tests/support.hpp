@@ -34,6 +34,17 @@ inline std::uint64_t seed() {
 
 inline std::string seed_note() { return "(ROTARY_TEST_SEED=" + std::to_string(seed()) + ")"; }
 
+// Death tests re-execute the test binary for each statement ("threadsafe": a fresh process). Under a
+// user-mode emulator (qemu-aarch64 for the cross build, ROTARY_TEST_EMULATED) the host cannot exec
+// a target binary, so they fork only ("fast"); tests that need fresh process state reset it.
+inline const char* death_test_style() {
+#if defined(ROTARY_TEST_EMULATED) && ROTARY_TEST_EMULATED
+  return "fast";
+#else
+  return "threadsafe";
+#endif
+}
+
 // Head sizes covering every remainder modulo 4, 8 and 16 lanes (MLAS tests 6/42/70 on purpose).
 inline const std::vector<std::int64_t>& head_dims() {
   static const std::vector<std::int64_t> v = {2,  4,  6,  8,  14, 16, 18, 30,  32,  34,

@@ -119,7 +119,7 @@ TEST_F(CallErrors, Aliasing) {
 
 #ifndef NDEBUG
 TEST_F(CallErrors, UncheckedAssertsInDebugBuilds) {
-  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  GTEST_FLAG_SET(death_test_style, rotary_test::death_test_style());
   EXPECT_DEATH(rotary::apply_unchecked(rope, x, Positions::contiguous(15), 2), "");
   EXPECT_DEATH(rotary::apply_unchecked(rope, x, y, Positions::contiguous(0), 4), "");
 }

@@ -20,7 +20,8 @@ class Fused : public ::testing::TestWithParam<std::tuple<Pairing, int>> {};
 
 TEST_P(Fused, EqualsSeparateCalls) {
   const auto [pairing, isa_index] = GetParam();
-  const rotary::Isa isa = std::array<rotary::Isa, 3>{rotary::Isa::scalar, rotary::Isa::avx2, rotary::Isa::avx512}[isa_index];
+  const rotary::Isa isa = std::array<rotary::Isa, 4>{rotary::Isa::scalar, rotary::Isa::avx2, rotary::Isa::avx512,
+                                                     rotary::Isa::neon}[isa_index];
   if (!rotary::isa_supported(isa)) GTEST_SKIP() << rotary::to_string(isa) << " not supported here";
   rotary::set_max_isa(isa);
   std::mt19937_64 rng(rotary_test::seed());
@@ -53,12 +54,12 @@ TEST_P(Fused, EqualsSeparateCalls) {
 
 INSTANTIATE_TEST_SUITE_P(AllIsas, Fused,
                          ::testing::Combine(::testing::Values(Pairing::interleaved, Pairing::half_split),
-                                            ::testing::Values(0, 1, 2)),
+                                            ::testing::Values(0, 1, 2, 3)),
                          [](const auto& p) {
                            return std::string(rotary::to_string(std::get<0>(p.param))) + "_" +
-                                  std::string(rotary::to_string(std::array<rotary::Isa, 3>{
-                                      rotary::Isa::scalar, rotary::Isa::avx2,
-                                      rotary::Isa::avx512}[std::get<1>(p.param)]));
+                                  std::string(rotary::to_string(std::array<rotary::Isa, 4>{
+                                      rotary::Isa::scalar, rotary::Isa::avx2, rotary::Isa::avx512,
+                                      rotary::Isa::neon}[std::get<1>(p.param)]));
                          });
 
 TEST(FusedErrors, OverlapAndShapes) {

@@ -6,6 +6,10 @@
 // off alignment, random cached positions. Outputs must equal the scalar kernel's byte for byte,
 // pass-through coordinates must equal the input, and an out-of-place call must leave everything
 // outside its output rows (gaps between rows, slack before and after) untouched.
+// f16/bf16 inputs also hold signed zeros, subnormals of the storage type, values near overflow (f16
+// +-60000, whose rotation may round to inf), infinities and a few NaNs: a rotated coordinate where
+// the scalar kernel gives NaN only has to be NaN (payloads are not part of the contract); every
+// other element, infinities included, must match bit for bit.
 // Set ROTARY_TEST_SEED to replay other random inputs; failures print the seed and the shape.
 #include <gtest/gtest.h>
 
@@ -50,13 +54,29 @@ Kernel<T> kernel_for(Isa isa) {
   if (isa == Isa::avx2) return &rotary::detail::avx2::rotate_tokens<T>;
   if (isa == Isa::avx512) return &rotary::detail::avx512::rotate_tokens<T>;
 #endif
+#if ROTARY_NEON_KERNELS
+  if (isa == Isa::neon) return &rotary::detail::neon::rotate_tokens<T>;
+#endif
   if (isa == Isa::scalar) return &rotary::detail::scalar::rotate_tokens<T>;
   return nullptr;
 }
 
 // ---- parameters ---------------------------------------------------------------------------------
 
-enum class DType { f32, f64 };
+enum class DType { f32, f64, f16, bf16 };
+
+std::string dtype_name(DType d) {
+  switch (d) {
+    case DType::f32:
+      return "f32";
+    case DType::f64:
+      return "f64";
+    case DType::f16:
+      return "f16";
+    default:
+      return "bf16";
+  }
+}
 
 struct SimdCase {
   Isa isa;
@@ -67,7 +87,7 @@ struct SimdCase {
 };
 
 std::string case_name(const SimdCase& c) {
-  std::string s = std::string(rotary::to_string(c.pairing)) + (c.dtype == DType::f32 ? "_f32_" : "_f64_") +
+  std::string s = std::string(rotary::to_string(c.pairing)) + "_" + dtype_name(c.dtype) + "_" +
                   std::string(rotary::to_string(c.isa)) +
                   (c.dir == Direction::forward ? "_forward" : "_inverse") +
                   (c.in_place ? "_in_place" : "_out_of_place");
@@ -78,8 +98,8 @@ void PrintTo(const SimdCase& c, std::ostream* os) { *os << case_name(c); }
 
 std::vector<SimdCase> all_cases() {
   std::vector<SimdCase> v;
-  for (const Isa isa : {Isa::avx2, Isa::avx512})
-    for (const DType dt : {DType::f32, DType::f64})
+  for (const Isa isa : {Isa::avx2, Isa::avx512, Isa::neon})
+    for (const DType dt : {DType::f32, DType::f64, DType::f16, DType::bf16})
       for (const Pairing p : {Pairing::half_split, Pairing::interleaved})
         for (const Direction d : {Direction::forward, Direction::inverse})
           for (const bool ip : {false, true}) v.push_back({isa, dt, p, d, ip});
@@ -92,9 +112,10 @@ std::uint64_t base_seed() { return rotary_test::seed(); }
 
 // The design list (every remainder mod 4, 8 and 16 lanes; MLAS's 6/42/70), plus 258 and 544: their
 // larger rotary_dims (h = rotary_dim/2 > 128) take the AVX-512 f32 half_split kernel's streaming path,
-// with a tail (h = 129, 136, 204) and without (h = 272).
-constexpr std::int64_t kHeadDims[] = {2,  4,  6,  8,  14, 16,  18,  30,  32,  34, 42,
-                                      62, 64, 66, 70, 96, 128, 130, 256, 258, 544};
+// with a tail (h = 129, 136, 204) and without (h = 272); and the odd 7 and 67: pass-through runs of
+// odd length (the 16-bit copies' odd last element).
+constexpr std::int64_t kHeadDims[] = {2,  4,  6,  7,  8,  14, 16,  18,  30,  32,  34, 42,
+                                      62, 64, 66, 67, 70, 96, 128, 130, 256, 258, 544};
 constexpr std::int64_t kHeads[] = {1, 3, 32};
 constexpr std::int64_t kTokens[] = {1, 3, 17};
 
@@ -143,18 +164,33 @@ struct Bits<double> {
   using U = std::uint64_t;
   static constexpr U sentinel = 0x7FF4A5A5A5A5A5A5ull;
 };
+template <>
+struct Bits<rotary::f16> {
+  using U = std::uint16_t;
+  static constexpr U sentinel = 0x7D5Au;  // signalling: stores only ever write quiet NaNs
+};
+template <>
+struct Bits<rotary::bf16> {
+  using U = std::uint16_t;
+  static constexpr U sentinel = 0x7FA5u;
+};
 
 template <class T>
 T from_bits(typename Bits<T>::U u) {
   T x;
-  std::memcpy(&x, &u, sizeof x);
+  std::memcpy(static_cast<void*>(&x), &u, sizeof x);
   return x;
 }
 template <class T>
 typename Bits<T>::U to_bits(T x) {
   typename Bits<T>::U u;
-  std::memcpy(&u, &x, sizeof u);
+  std::memcpy(&u, static_cast<const void*>(&x), sizeof u);
   return u;
+}
+
+template <class T>
+bool is_nan(T x) {
+  return std::isnan(rotary::detail::to_compute(x));
 }
 
 // A view of `span` elements with `slack` sentinel elements on both sides, whose first element sits
@@ -177,7 +213,10 @@ class Buffer {
   T* view() { return all_ + kSlack; }
   T* all() { return all_; }
   std::ptrdiff_t size() const { return n_; }
-  void copy_from(const Buffer& o) { std::memcpy(all_, o.all_, static_cast<std::size_t>(n_) * sizeof(T)); }
+  void copy_from(const Buffer& o) {
+    std::memcpy(static_cast<void*>(all_), static_cast<const void*>(o.all_),
+                static_cast<std::size_t>(n_) * sizeof(T));
+  }
 
  private:
   std::ptrdiff_t n_;
@@ -185,10 +224,40 @@ class Buffer {
   T* all_;
 };
 
-// Mostly O(1) values, with some across the exponent range, signed zeros and subnormals (no NaN or
-// infinity: their payloads and signs are not part of the kernels' contract).
+// f16/bf16: mostly O(1) values and values across the exponent range, with signed zeros, subnormals
+// of the storage type, values near overflow (f16 +-[57344, 65504]: a rotation may round to inf; bf16
+// beyond 1.7e38: the f32 arithmetic may overflow), infinities (1/128) and NaNs (1/128, quiet and
+// signalling, random payloads).
+template <class T>
+T random_storage(std::mt19937_64& rng) {
+  constexpr bool half = std::is_same_v<T, rotary::f16>;
+  constexpr std::uint16_t inf = half ? 0x7C00u : 0x7F80u;
+  constexpr std::uint16_t mantissa = half ? 0x03FFu : 0x007Fu;
+  const auto bits = [](unsigned b) { return from_bits<T>(static_cast<std::uint16_t>(b)); };
+  const auto u = [&rng] { return static_cast<double>(rng() >> 11) * 0x1.0p-50 - 4.0; };
+  const unsigned sign = (rng() & 1u) != 0 ? 0x8000u : 0u;
+  const unsigned kind = static_cast<unsigned>(rng() % 128);
+  if (kind == 0) return bits(0);
+  if (kind == 1) return bits(0x8000u);
+  if (kind < 5) return bits(sign | static_cast<unsigned>(1 + rng() % mantissa));  // subnormal
+  if (kind < 9) {
+    if (half) return bits(sign | static_cast<unsigned>(0x7B00u + rng() % 0x100u));  // 57344 .. 65504
+    return bits(sign | static_cast<unsigned>(0x7F00u + rng() % 0x80u));             // 1.7e38 .. 3.4e38
+  }
+  if (kind == 9) return bits(sign | inf);
+  if (kind == 10) return bits(sign | inf | static_cast<unsigned>(1 + rng() % mantissa));  // NaN
+  if (kind < 24) {
+    const int e = half ? static_cast<int>(rng() % 40) - 27 : static_cast<int>(rng() % 120) - 60;
+    return rotary::detail::from_compute<T>(static_cast<float>(std::ldexp(u(), e)));
+  }
+  return rotary::detail::from_compute<T>(static_cast<float>(u()));
+}
+
+// Mostly O(1) values, with some across the exponent range, signed zeros and subnormals (f32/f64: no
+// NaN or infinity, which the arithmetic never produces from these; f16/bf16: random_storage).
 template <class T>
 T random_value(std::mt19937_64& rng) {
+  if constexpr (sizeof(T) == 2) return random_storage<T>(rng);
   // Uniform in [-4, 4); not std::uniform_real_distribution, which costs a logl per draw with clang.
   const auto u = [&rng] { return static_cast<double>(rng() >> 11) * 0x1.0p-50 - 4.0; };
   const unsigned kind = static_cast<unsigned>(rng() % 64);
@@ -244,15 +313,23 @@ std::string locate(std::ptrdiff_t i, const Layout& l, const Shape& s) {
 template <class T>
 std::string hex(T x) {
   char b[64];
-  std::snprintf(b, sizeof b, "%.17g (0x%llx)", static_cast<double>(x),
+  std::snprintf(b, sizeof b, "%.17g (0x%llx)", static_cast<double>(rotary::detail::to_compute(x)),
                 static_cast<unsigned long long>(to_bits(x)));
   return b;
 }
 
+// What a sweep compared: NaN outputs of the scalar kernel, and how many of them the kernel under test
+// gave with other NaN bits (accepted: only NaN-ness is part of the contract).
+struct NanStats {
+  std::int64_t nan_outputs = 0;
+  std::int64_t other_payload = 0;
+};
+
 // Runs one shape; returns an empty string or a description of the first difference.
 template <class T>
-std::string check_shape(const SimdCase& c, Kernel<T> kernel, const Shape& s, std::mt19937_64& rng) {
-  const rotary::CosSinCache<T>& cache = cache_for<T>(s.rotary_dim);
+std::string check_shape(const SimdCase& c, Kernel<T> kernel, const Shape& s, std::mt19937_64& rng,
+                        NanStats& nans) {
+  const rotary::CosSinCache<rotary::compute_t<T>>& cache = cache_for<rotary::compute_t<T>>(s.rotary_dim);
   std::vector<std::int64_t> pos(static_cast<std::size_t>(s.tokens));
   for (auto& p : pos) p = kCacheBegin + static_cast<std::int64_t>(rng() % kCacheRows);
 
@@ -298,8 +375,21 @@ std::string check_shape(const SimdCase& c, Kernel<T> kernel, const Shape& s, std
 
   if (!c.in_place && std::memcmp(in.all(), in_copy.all(), static_cast<std::size_t>(in.size()) * sizeof(T)))
     return "the kernel wrote to its (const) input";
+  // Rotated coordinates: where the scalar kernel gives NaN, any NaN will do.
+  std::vector<bool> rotated(static_cast<std::size_t>(got.size()), false);
+  for (std::int64_t t = 0; t < s.tokens; ++t)
+    for (std::int64_t h = 0; h < s.heads; ++h)
+      for (std::int64_t j = 0; j < s.rotary_dim; ++j)
+        rotated[static_cast<std::size_t>(Buffer<T>::kSlack + t * ol.token_stride + h * ol.head_stride + j)] =
+            true;
   for (std::ptrdiff_t i = 0; i < got.size(); ++i) {
+    const bool nan = rotated[static_cast<std::size_t>(i)] && is_nan(want.all()[i]);
+    nans.nan_outputs += nan;
     if (to_bits(got.all()[i]) == to_bits(want.all()[i])) continue;
+    if (nan && is_nan(got.all()[i])) {
+      ++nans.other_payload;
+      continue;
+    }
     const std::ptrdiff_t v = i - Buffer<T>::kSlack;
     return "first difference at " + locate(v, ol, s) + ": got " + hex(got.all()[i]) + ", scalar " +
            hex(want.all()[i]);
@@ -324,13 +414,34 @@ std::string check_shape(const SimdCase& c, Kernel<T> kernel, const Shape& s, std
 
 class SimdVsScalar : public ::testing::TestWithParam<SimdCase> {};
 
+#if ROTARY_X86_KERNELS
+// The avx512 bf16 kernels in both roundings, explicitly: rotate_tokens<bf16> runs the vcvtneps2bf16
+// one on CPUs with AVX512_BF16 and the integer one elsewhere.
+template <class S>
+void sweep_avx512_bf16(const SimdCase& c, S sweep_with) {
+  sweep_with(&rotary::detail::avx512::rotate_tokens_bf16_integer, " (integer rounding)");
+#if ROTARY_AVX512_BF16_KERNELS
+  if (rotary::detail::avx512::bf16_hardware_rounding())
+    sweep_with(&rotary::detail::avx512::rotate_tokens_bf16_hardware, " (vcvtneps2bf16)");
+  else
+    std::printf("[          ] %s: this CPU has no AVX512_BF16, vcvtneps2bf16 rounding not run\n",
+                case_name(c).c_str());
+#else
+  std::printf("[          ] %s: this compiler has no avx512bf16 target\n", case_name(c).c_str());
+#endif
+}
+#endif
+
 template <class T>
-void sweep(const SimdCase& c) {
-  const Kernel<T> kernel = kernel_for<T>(c.isa);
+// `kernel` overrides kernel_for(c.isa) (e.g. one of the two avx512 bf16 roundings), named `variant`.
+void sweep(const SimdCase& c, Kernel<T> kernel = nullptr, const std::string& variant = "") {
+  const std::string name = case_name(c) + variant;
+  if (kernel == nullptr) kernel = kernel_for<T>(c.isa);
   ASSERT_NE(kernel, nullptr);
   const std::uint64_t seed = base_seed() ^ std::hash<std::string>{}(case_name(c));
   std::mt19937_64 rng(seed);
   int shapes = 0;
+  NanStats nans;
   for (const std::int64_t head_dim : kHeadDims)
     for (const std::int64_t rotary_dim : rotary_dims(head_dim))
       for (const std::int64_t heads : kHeads)
@@ -338,26 +449,50 @@ void sweep(const SimdCase& c) {
           Shape s{head_dim, rotary_dim, heads, tokens, {}, {}};
           s.in = random_layout(rng, tokens, heads, head_dim);
           s.out = random_layout(rng, tokens, heads, head_dim);
-          const std::string failure = check_shape<T>(c, kernel, s, rng);
+          const std::string failure = check_shape<T>(c, kernel, s, rng, nans);
           ++shapes;
           if (!failure.empty()) {
-            ADD_FAILURE() << case_name(c) << ": " << failure << "\n  shape: " << s.describe()
-                          << "\n  seed: 0x" << std::hex << seed << std::dec << " "
-                          << rotary_test::seed_note();
+            ADD_FAILURE() << name << ": " << failure << "\n  shape: " << s.describe() << "\n  seed: 0x"
+                          << std::hex << seed << std::dec << " " << rotary_test::seed_note();
             return;  // one report per test, not hundreds
           }
         }
-  std::printf("[          ] %s: %d shapes bit-identical to scalar\n", case_name(c).c_str(), shapes);
+  if (nans.nan_outputs == 0) {
+    std::printf("[          ] %s: %d shapes bit-identical to scalar\n", name.c_str(), shapes);
+  } else {
+    std::printf(
+        "[          ] %s: %d shapes bit-identical to scalar except NaN bits (%lld NaN outputs, %lld with "
+        "other NaN bits)\n",
+        name.c_str(), shapes, static_cast<long long>(nans.nan_outputs),
+        static_cast<long long>(nans.other_payload));
+  }
 }
 
 TEST_P(SimdVsScalar, BitExact) {
   const SimdCase c = GetParam();
   if (!rotary::isa_supported(c.isa))
     GTEST_SKIP() << "ISA " << rotary::to_string(c.isa) << " is not supported on this CPU/build";
-  if (c.dtype == DType::f32)
-    sweep<float>(c);
-  else
-    sweep<double>(c);
+  switch (c.dtype) {
+    case DType::f32:
+      sweep<float>(c);
+      break;
+    case DType::f64:
+      sweep<double>(c);
+      break;
+    case DType::f16:
+      sweep<rotary::f16>(c);
+      break;
+    case DType::bf16:
+#if ROTARY_X86_KERNELS
+      if (c.isa == Isa::avx512) {
+        sweep_avx512_bf16(
+            c, [&c](Kernel<rotary::bf16> k, const char* variant) { sweep<rotary::bf16>(c, k, variant); });
+        break;
+      }
+#endif
+      sweep<rotary::bf16>(c);
+      break;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Kernels, SimdVsScalar, ::testing::ValuesIn(all_cases()),
@@ -367,8 +502,8 @@ INSTANTIATE_TEST_SUITE_P(Kernels, SimdVsScalar, ::testing::ValuesIn(all_cases())
 // Rows packed up to a PROT_NONE page: a vector access past the last row (a missing tail mask on an
 // input or output stream) faults. Reads past the cache's last row are left to the ASan run.
 template <class T>
-void guard_page_sweep(Isa isa) {
-  const Kernel<T> kernel = kernel_for<T>(isa);
+void guard_page_sweep(Isa isa, Kernel<T> kernel = nullptr) {
+  if (kernel == nullptr) kernel = kernel_for<T>(isa);
   for (const Pairing pairing : {Pairing::interleaved, Pairing::half_split})
     for (const std::int64_t head_dim : kHeadDims)
       for (const std::int64_t rotary_dim : rotary_dims(head_dim))
@@ -376,12 +511,13 @@ void guard_page_sweep(Isa isa) {
           const std::int64_t tokens = 3;
           const std::int64_t heads = 3;
           // The cache ends at its last position, which the last token uses.
-          const rotary::CosSinCache<T> cache(rotary::default_frequencies(rotary_dim, 10000.0), 0, tokens);
+          const rotary::CosSinCache<rotary::compute_t<T>> cache(
+              rotary::default_frequencies(rotary_dim, 10000.0), 0, tokens);
           const auto n = static_cast<std::size_t>(tokens * heads * head_dim);
           rotary_test::GuardedBuffer<T> in(n);
           rotary_test::GuardedBuffer<T> out(n);
           std::vector<T> want(n);
-          for (std::size_t i = 0; i < n; ++i) in.data()[i] = static_cast<T>(static_cast<int>(i % 7) - 3);
+          for (std::size_t i = 0; i < n; ++i) in.data()[i] = static_cast<T>(static_cast<float>(i % 7) - 3.0f);
           KernelArgs<T> a;
           a.tokens = tokens;
           a.q.heads = heads;
@@ -404,15 +540,169 @@ void guard_page_sweep(Isa isa) {
 
 TEST(SimdGuardPages, RowsEndAtAGuardPage) {
   int ran = 0;
-  for (const Isa isa : {Isa::avx2, Isa::avx512}) {
+  for (const Isa isa : {Isa::avx2, Isa::avx512, Isa::neon}) {
     if (!rotary::isa_supported(isa)) continue;
     guard_page_sweep<float>(isa);
     guard_page_sweep<double>(isa);
+    guard_page_sweep<rotary::f16>(isa);
+    guard_page_sweep<rotary::bf16>(isa);
+#if ROTARY_X86_KERNELS
+    if (isa == Isa::avx512)  // the other bf16 rounding than rotate_tokens<bf16> picks, if there is one
+      guard_page_sweep<rotary::bf16>(isa, rotary::detail::avx512::bf16_hardware_rounding()
+                                              ? &rotary::detail::avx512::rotate_tokens_bf16_integer
+                                              : nullptr);
+#endif
     ++ran;
   }
-  if (ran == 0) GTEST_SKIP() << "no SIMD ISA (avx2, avx512) is supported on this CPU/build";
+  if (ran == 0) GTEST_SKIP() << "no SIMD ISA (avx2, avx512, neon) is supported on this CPU/build";
 }
 #endif
+
+// ---- f16/bf16 rounding --------------------------------------------------------------------------
+
+// f32 values that probe a store's rounding: a sweep over the f32 bit patterns (every exponent), every
+// bf16 tie (each upper half with low half 0x8000) and its neighbours, every f16 tie (the midpoint of
+// each pair of adjacent finite f16 values, subnormals and the 65504 | 65536 overflow boundary
+// included) and its f32 neighbours, both signs; f32 subnormals, infinities and NaNs among them.
+std::vector<float> rounding_probes() {
+  std::vector<std::uint32_t> u;
+  for (std::uint64_t i = 0; i < (std::uint64_t{1} << 32); i += 4099)
+    u.push_back(static_cast<std::uint32_t>(i));
+  for (std::uint32_t hi = 0; hi < 65536; ++hi)
+    for (const std::uint32_t lo : {0x7FFFu, 0x8000u, 0x8001u}) u.push_back(hi << 16 | lo);
+  for (std::uint32_t h = 0; h < 0x7C00u; ++h) {
+    const double a = rotary::detail::f16_bits_to_f32(static_cast<std::uint16_t>(h));
+    const double b =
+        h + 1 == 0x7C00u ? 65536.0 : rotary::detail::f16_bits_to_f32(static_cast<std::uint16_t>(h + 1));
+    const std::uint32_t mid = rotary::detail::float_bits(static_cast<float>((a + b) / 2));  // exact
+    for (const std::uint32_t sign : {0u, 0x80000000u})
+      for (const std::uint32_t m : {mid - 1, mid, mid + 1}) u.push_back(sign | m);
+  }
+  for (const std::uint32_t special : {0x00000001u, 0x007FFFFFu, 0x00800000u, 0x7F7FFFFFu, 0x7F800000u,
+                                      0x7F800001u, 0x7FA00000u, 0x7FC00000u, 0x7FFFFFFFu, 0x477FF000u})
+    for (const std::uint32_t sign : {0u, 0x80000000u}) u.push_back(sign | special);
+  std::vector<float> f(u.size());
+  for (std::size_t i = 0; i < u.size(); ++i) f[i] = rotary::detail::bits_float(u[i]);
+  return f;
+}
+
+constexpr std::int64_t kProbeHalf = 64;  // probes per row
+
+// Rotates the pairs x = (1, 0) with cos = probe and sin = 0 (half_split, cos/sin rows given through
+// KernelArgs::rows): y0 = fma(1, c, -(0*0)) = c exactly and y1 = fma(0, c, 1*0), so the stores
+// round exactly the probes. Row t holds probes [64t, 64t + 64) in its first half.
+template <class T>
+std::vector<T> round_through(Kernel<T> kernel, const std::vector<float>& probes) {
+  const std::int64_t d = 2 * kProbeHalf;
+  const auto n = static_cast<std::int64_t>(probes.size());
+  const std::int64_t tokens = (n + kProbeHalf - 1) / kProbeHalf;
+  std::vector<float> rows(static_cast<std::size_t>(tokens * d), 0.0f);
+  for (std::int64_t i = 0; i < n; ++i)
+    rows[static_cast<std::size_t>(i / kProbeHalf * d + i % kProbeHalf)] = probes[static_cast<std::size_t>(i)];
+  std::vector<T> x(static_cast<std::size_t>(d));
+  for (std::int64_t j = 0; j < d; ++j)
+    x[static_cast<std::size_t>(j)] = rotary::detail::from_compute<T>(j < kProbeHalf ? 1.0f : 0.0f);
+  std::vector<T> y(static_cast<std::size_t>(tokens * d));
+  KernelArgs<T> a;
+  a.tokens = tokens;
+  a.head_dim = a.rotary_dim = d;
+  a.pairing = Pairing::half_split;
+  a.rows = rows.data();
+  a.rows_token0 = 0;
+  a.q.heads = 1;
+  a.q.in = x.data();
+  a.q.in_token_stride = 0;  // every token rotates the same input row
+  a.q.in_head_stride = d;
+  a.q.out = y.data();
+  a.q.out_token_stride = a.q.out_head_stride = d;
+  kernel(a, 0, tokens);
+  return y;
+}
+
+// The kernel's stores give convert.hpp's bits for every probe (NaN for NaN), and equal the scalar
+// kernel everywhere else (y1) up to NaN bits. The kernel's output goes to `got`.
+template <class T>
+void check_rounding(const std::string& name, Kernel<T> kernel, const std::vector<float>& probes,
+                    std::vector<T>& got) {
+  const std::vector<T> want = round_through<T>(&rotary::detail::scalar::rotate_tokens<T>, probes);
+  got = round_through<T>(kernel, probes);
+  long long nans = 0;
+  for (std::size_t k = 0; k < got.size(); ++k) {
+    const auto row = static_cast<std::int64_t>(k) / (2 * kProbeHalf);
+    const auto j = static_cast<std::int64_t>(k) % (2 * kProbeHalf);
+    const auto i = static_cast<std::size_t>(row * kProbeHalf + j);
+    if (j < kProbeHalf && i < probes.size()) {
+      const float c = probes[i];
+      if (std::isnan(c)) {
+        ++nans;
+        EXPECT_TRUE(is_nan(got[k]) && is_nan(want[k]))
+            << name << ": NaN 0x" << std::hex << rotary::detail::float_bits(c);
+        continue;
+      }
+      const auto expect = to_bits(rotary::detail::from_compute<T>(c));
+      ASSERT_EQ(to_bits(want[k]), expect)
+          << "scalar kernel, f32 0x" << std::hex << rotary::detail::float_bits(c);
+      ASSERT_EQ(to_bits(got[k]), expect) << name << " rounds f32 " << hex(c) << " to 0x" << std::hex
+                                         << to_bits(got[k]) << ", convert.hpp to 0x" << expect;
+    } else if (is_nan(want[k])) {
+      ASSERT_TRUE(is_nan(got[k])) << name << " at output " << k;
+    } else {
+      ASSERT_EQ(to_bits(got[k]), to_bits(want[k])) << name << " at output " << k;
+    }
+  }
+  std::printf("[          ] %s: %zu f32 values rounded as convert.hpp rounds them (%lld NaN)\n", name.c_str(),
+              probes.size(), nans);
+}
+
+template <class T>
+void check_rounding_all_isas() {
+  const std::vector<float> probes = rounding_probes();
+  std::vector<T> got;
+  int ran = 0;
+  const std::string dtype(rotary::dtype_name<T>());
+  for (const Isa isa : {Isa::avx2, Isa::avx512, Isa::neon}) {
+    if (!rotary::isa_supported(isa)) continue;
+    check_rounding<T>(dtype + "." + std::string(rotary::to_string(isa)), kernel_for<T>(isa), probes, got);
+    ++ran;
+  }
+#if ROTARY_X86_KERNELS
+  if constexpr (std::is_same_v<T, rotary::bf16>)
+    if (rotary::isa_supported(Isa::avx512))
+      check_rounding<T>("bf16.avx512 (integer rounding)", &rotary::detail::avx512::rotate_tokens_bf16_integer,
+                        probes, got);
+#endif
+  if (ran == 0) GTEST_SKIP() << "no SIMD ISA is supported on this CPU/build";
+}
+
+TEST(SimdRounding, F16StoresRoundLikeConvertHpp) { check_rounding_all_isas<rotary::f16>(); }
+TEST(SimdRounding, Bf16StoresRoundLikeConvertHpp) { check_rounding_all_isas<rotary::bf16>(); }
+
+// AVX512_BF16's vcvtneps2bf16 against the integer rounding the other bf16 kernels use: the same bits
+// for every probe, NaN payloads included (both compute (u >> 16) | 0x40), and for the bit-exact sweep
+// and guard-page shapes (run for both in SimdVsScalar.*bf16_avx512* and SimdGuardPages).
+TEST(SimdRounding, Bf16HardwareMatchesIntegerRounding) {
+#if ROTARY_AVX512_BF16_KERNELS
+  if (!rotary::isa_supported(Isa::avx512) || !rotary::detail::avx512::bf16_hardware_rounding())
+    GTEST_SKIP() << "this CPU has no AVX-512 with AVX512_BF16";
+  const std::vector<float> probes = rounding_probes();
+  std::vector<rotary::bf16> hw;
+  std::vector<rotary::bf16> integer;
+  check_rounding<rotary::bf16>("bf16.avx512 (vcvtneps2bf16)",
+                               &rotary::detail::avx512::rotate_tokens_bf16_hardware, probes, hw);
+  check_rounding<rotary::bf16>("bf16.avx512 (integer rounding)",
+                               &rotary::detail::avx512::rotate_tokens_bf16_integer, probes, integer);
+  if (HasFatalFailure()) return;
+  ASSERT_EQ(hw.size(), integer.size());
+  for (std::size_t k = 0; k < hw.size(); ++k)
+    ASSERT_EQ(to_bits(hw[k]), to_bits(integer[k])) << "output " << k;
+  // The entry point picks the hardware rounding here.
+  const std::vector<rotary::bf16> entry =
+      round_through<rotary::bf16>(&rotary::detail::avx512::rotate_tokens<rotary::bf16>, probes);
+  EXPECT_EQ(0, std::memcmp(entry.data(), hw.data(), hw.size() * sizeof(rotary::bf16)));
+#else
+  GTEST_SKIP() << "this compiler has no avx512bf16 target";
+#endif
+}
 
 // ---- dispatch -----------------------------------------------------------------------------------
 
@@ -447,7 +737,7 @@ TEST(Dispatch, Supported) {
               f.avx2, f.fma, f.f16c, f.avx512f, f.avx512vl, f.avx512bw, f.avx512dq, f.avx512bf16,
               std::string(rotary::to_string(rotary::best_isa())).c_str());
   EXPECT_TRUE(rotary::isa_supported(Isa::scalar));
-  EXPECT_FALSE(rotary::isa_supported(Isa::neon));  // no NEON kernels yet
+  EXPECT_EQ(rotary::isa_supported(Isa::neon), ROTARY_NEON_KERNELS != 0);  // AdvSIMD: all of AArch64
   EXPECT_TRUE(rotary::isa_supported(rotary::best_isa()));
   EXPECT_EQ(rotary::isa_supported(Isa::avx2), ROTARY_X86_KERNELS && f.avx2_set());
   EXPECT_EQ(rotary::isa_supported(Isa::avx512), ROTARY_X86_KERNELS && f.avx512_set());
@@ -508,10 +798,54 @@ TEST(Dispatch, ApplyUsesEachIsa) {
   }
 }
 
+// f16 and bf16 reach the SIMD kernels through the public API too (detail::select_kernel), with the
+// scalar kernel's bits.
+template <class T>
+void check_dispatch_dtype() {
+  using rotary::detail::Kernel;
+  const std::int64_t tokens = 9;
+  const std::int64_t heads = 5;
+  const std::int64_t head_dim = 70;
+  for (const Pairing p : {Pairing::half_split, Pairing::interleaved}) {
+    const rotary::Rope<T> rope(rotary::RotarySpec(head_dim, p, 10000.0, 50), 40);
+    std::mt19937_64 rng(11);
+    rotary::RowMatrix<T> x(tokens * heads, head_dim);
+    for (Eigen::Index i = 0; i < x.size(); ++i)
+      x.data()[i] = rotary::detail::from_compute<T>(static_cast<float>(random_value<float>(rng)));
+    rotary::RowMatrix<T> want(x.rows(), x.cols());
+    const rotary::StridedLayout layout{tokens, heads, heads * head_dim, head_dim};
+    KernelArgs<T> a = rotary::detail::make_args(rope, x.data(), layout, want.data(), layout,
+                                                rotary::Positions::contiguous(3), Direction::forward);
+    rotary::detail::scalar::rotate_tokens(a, 0, tokens);
+    for (const Isa isa : kAllIsas) {
+      if (!rotary::isa_supported(isa)) continue;
+      rotary::set_max_isa(isa);
+      const Kernel<T> selected = rotary::detail::select_kernel<T>();
+      EXPECT_EQ(selected, kernel_for<T>(isa)) << rotary::dtype_name<T>() << " " << rotary::to_string(isa);
+      rotary::RowMatrix<T> got(x.rows(), x.cols());
+      rotary::apply(rope, x, got, rotary::Positions::contiguous(3), heads);
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), sizeof(T) * static_cast<std::size_t>(x.size())), 0)
+          << rotary::dtype_name<T>() << " " << rotary::to_string(isa) << " " << rotary::to_string(p);
+    }
+  }
+}
+
+TEST(Dispatch, ApplyUsesEachIsaForF16AndBf16) {
+  IsaRestorer restore;
+  check_dispatch_dtype<rotary::f16>();
+  check_dispatch_dtype<rotary::bf16>();
+}
+
 // ROTARY_MAX_ISA is read at a process's first dispatch, so each check runs in a fresh process: the
 // threadsafe death-test style re-executes this binary for the statement. Exit code: the active ISA,
-// or 42 after printing the rotary::error.
+// or 42 after printing the rotary::error. Under an emulator death tests only fork (support.hpp), so
+// the child forgets the ISA its parent resolved: the state of a fresh process.
+void forget_active_isa() {
+  rotary::detail::active_isa_state().store(rotary::detail::kIsaUnresolved, std::memory_order_relaxed);
+}
+
 [[noreturn]] void exit_with_active_isa(const char* env_value, bool via_apply) {
+  forget_active_isa();
   setenv("ROTARY_MAX_ISA", env_value, 1);
   try {
     if (via_apply) {
@@ -528,7 +862,7 @@ TEST(Dispatch, ApplyUsesEachIsa) {
 }
 
 TEST(Dispatch, EnvironmentVariable) {
-  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  GTEST_FLAG_SET(death_test_style, rotary_test::death_test_style());
   using ::testing::ExitedWithCode;
   for (const Isa isa : kAllIsas) {
     const std::string name(rotary::to_string(isa));
@@ -551,6 +885,7 @@ TEST(Dispatch, EnvironmentVariable) {
 
 // set_max_isa() overrides the environment, even an invalid one.
 [[noreturn]] void exit_after_set_max_isa(const char* env_value, Isa isa) {
+  forget_active_isa();
   setenv("ROTARY_MAX_ISA", env_value, 1);
   try {
     rotary::set_max_isa(isa);
@@ -562,7 +897,7 @@ TEST(Dispatch, EnvironmentVariable) {
 }
 
 TEST(Dispatch, SetMaxIsaOverridesEnvironment) {
-  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  GTEST_FLAG_SET(death_test_style, rotary_test::death_test_style());
   using ::testing::ExitedWithCode;
   EXPECT_EXIT(exit_after_set_max_isa("scalar", rotary::best_isa()),
               ExitedWithCode(static_cast<int>(rotary::best_isa())), "");

@@ -35,6 +35,7 @@
 #include "detail/convert.hpp"
 #include "detail/kernels/avx2.hpp"
 #include "detail/kernels/avx512.hpp"
+#include "detail/kernels/neon.hpp"
 #include "detail/kernels/scalar.hpp"
 #include "dispatch.hpp"
 #include "dtype.hpp"
@@ -143,10 +144,12 @@ template <class T>
 Kernel<T> select_kernel() {
   const Isa isa = active_isa();  // validates ROTARY_MAX_ISA even where only scalar exists
 #if ROTARY_X86_KERNELS
-  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-    if (isa == Isa::avx512) return &avx512::rotate_tokens<T>;
-    if (isa == Isa::avx2) return &avx2::rotate_tokens<T>;
-  }
+  // f32, f64, f16 and bf16 (avx512 bf16 picks vcvtneps2bf16 or integer rounding inside, per call)
+  if (isa == Isa::avx512) return &avx512::rotate_tokens<T>;
+  if (isa == Isa::avx2) return &avx2::rotate_tokens<T>;
+#endif
+#if ROTARY_NEON_KERNELS
+  if (isa == Isa::neon) return &neon::rotate_tokens<T>;  // f32, f64, f16 and bf16
 #endif
   (void)isa;
   return &scalar::rotate_tokens<T>;

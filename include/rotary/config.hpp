@@ -33,6 +33,15 @@
 #define ROTARY_X86_KERNELS 0
 #endif
 
+// The NEON kernels live in every AArch64 build with a GCC-compatible compiler: Advanced SIMD is a
+// mandatory part of AArch64, so they need no target attribute and no runtime detection. Define
+// ROTARY_NO_NEON_KERNELS to compile only the scalar kernels (-mgeneral-regs-only does it too).
+#if ROTARY_ARCH_AARCH64 && defined(__GNUC__) && defined(__ARM_NEON) && !defined(ROTARY_NO_NEON_KERNELS)
+#define ROTARY_NEON_KERNELS 1
+#else
+#define ROTARY_NEON_KERNELS 0
+#endif
+
 #if defined(__GNUC__)
 #define ROTARY_ALWAYS_INLINE inline __attribute__((always_inline))
 #elif defined(_MSC_VER)
@@ -57,6 +66,25 @@
   __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma,f16c")))
 #else
 #define ROTARY_TARGET_AVX512
+#endif
+// The avx512 set plus AVX512_BF16 (vcvtneps2bf16): only the bf16 kernels' hardware-rounding variant
+// uses it, chosen at run time when cpu_features().avx512bf16. ROTARY_AVX512_BF16_KERNELS says whether
+// the compiler knows the feature (g++ >= 10, clang++ >= 9); without it, or with ROTARY_NO_AVX512_BF16
+// defined, the avx512 bf16 kernel always uses the integer rounding (the same bits).
+#if ROTARY_X86_KERNELS && !defined(ROTARY_NO_AVX512_BF16) && \
+    ((defined(__clang__) && __clang_major__ >= 9) || (!defined(__clang__) && __GNUC__ >= 10))
+#define ROTARY_AVX512_BF16_KERNELS 1
+#else
+#define ROTARY_AVX512_BF16_KERNELS 0
+#endif
+#if ROTARY_AVX512_BF16_KERNELS &&                                                         \
+    !(defined(__AVX512BF16__) && defined(__AVX512F__) && defined(__AVX512VL__) &&         \
+      defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX2__) && defined(__FMA__) && \
+      defined(__F16C__))
+#define ROTARY_TARGET_AVX512_BF16 \
+  __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma,f16c,avx512bf16")))
+#else
+#define ROTARY_TARGET_AVX512_BF16
 #endif
 
 // The exact cos/sin tables rely on IEEE double arithmetic with correctly rounded products and fma.

@@ -3,8 +3,8 @@
 // Every apply() picks its kernel once per call from active_isa():
 //   avx512  AVX-512 F+VL+BW+DQ (with the avx2 set)   x86-64
 //   avx2    AVX2 + FMA + F16C                         x86-64
+//   neon    Advanced SIMD (mandatory in AArch64)      AArch64
 //   scalar  portable C++, the bit-exact reference    everywhere
-//   neon    reserved: no NEON kernels yet, so never supported
 // All kernels give bit-identical results (one fixed fma order), so the choice changes speed only.
 //
 // By default active_isa() is best_isa(), the best ISA that this build has kernels for and this CPU
@@ -58,13 +58,16 @@ inline bool isa_supported(Isa isa) noexcept {
       return ROTARY_X86_KERNELS && detail::cpu_features().avx2_set();
     case Isa::avx512:
       return ROTARY_X86_KERNELS && detail::cpu_features().avx512_set();
+    case Isa::neon:
+      return ROTARY_NEON_KERNELS != 0;  // AdvSIMD: every AArch64 CPU has it
     default:
-      return false;  // neon: no kernels yet
+      return false;
   }
 }
 
 // The fastest supported ISA.
 inline Isa best_isa() noexcept {
+  if (isa_supported(Isa::neon)) return Isa::neon;
   if (isa_supported(Isa::avx512)) return Isa::avx512;
   if (isa_supported(Isa::avx2)) return Isa::avx2;
   return Isa::scalar;
@@ -81,8 +84,10 @@ inline std::string unsupported_isa_message(Isa isa) {
     case Isa::avx512:
       what = "AVX-512 F+VL+BW+DQ";
       break;
+    case Isa::neon:
+      what = "an AArch64 build with NEON kernels";
+      break;
     default:
-      what = "NEON kernels (none exist yet)";
       break;
   }
   return std::string(to_string(isa)) + " is not supported by this CPU or build (needs " + what +

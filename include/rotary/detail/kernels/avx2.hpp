@@ -1,4 +1,5 @@
-// AVX2 (+FMA, F16C) kernels: f32 in 8 lanes, f64 in 4. Bit-identical to kernels/scalar.hpp.
+// AVX2 (+FMA, F16C) kernels: f32, f16 and bf16 in 8 lanes, f64 in 4. Bit-identical to
+// kernels/scalar.hpp.
 //
 // Same math and structure as kernels/avx512.hpp (read its header comment), with 16 ymm registers:
 // a token's cos/sin stays in registers while it fits in K <= kMaxRegs = 4 vectors per stream
@@ -7,6 +8,12 @@
 // Tails: vmaskmov loads/stores on every stream (x, y, cos, sin), so nothing outside the rows or the
 // cache row is touched. A last vector that happens to be full is stored with a plain store
 // (vmaskmov stores are slow on AMD cores).
+// f16/bf16 storage (F16, BF16): 8 stored values per vector, widened exactly to f32 on load
+// (vcvtph2ps; bf16: zero-extend and shift left 16), the f32 math unchanged, each result rounded once
+// on store by convert.hpp's rules (f16: vcvtps2ph, round to nearest even; bf16: the same rounding in
+// integer ops, as vcvtneps2bf16 does). AVX2 has no 16-bit masked load/store: a 16-bit tail moves its
+// whole 32-bit pairs with vpmaskmovd and an odd last element with a 16-bit scalar access, so it
+// stays inside the row too. Pass-through bits are moved, never converted.
 #ifndef ROTARY_DETAIL_KERNELS_AVX2_HPP
 #define ROTARY_DETAIL_KERNELS_AVX2_HPP
 
@@ -14,6 +21,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "../kernel_args.hpp"
@@ -28,7 +36,8 @@ namespace rotary::detail::avx2 {
 // Lane operations per element type. Masks: `mask(n)` selects the first n lanes of a data vector
 // (0 < n <= L), `half_mask(n)` the first n of the L/2 cos or sin values duplicated into one vector.
 struct F32 {
-  using T = float;
+  using T = float;  // storage
+  using C = float;  // cos/sin and arithmetic
   using V = __m256;
   using Mask = __m256i;
   using HalfMask = __m128i;
@@ -62,6 +71,7 @@ struct F32 {
 
 struct F64 {
   using T = double;
+  using C = double;
   using V = __m256d;
   using Mask = __m256i;
   using HalfMask = __m128i;
@@ -92,20 +102,137 @@ struct F64 {
   static ROTARY_AVX2_INLINE V swap_pairs(V v) noexcept { return _mm256_permute_pd(v, 0x5); }
 };
 
+// ---- f16 and bf16 storage -----------------------------------------------------------------------
+
+// Storage <-> f32 for 8 values (an xmm of 16-bit elements <-> a ymm of f32). Conversions to storage
+// follow convert.hpp bit for bit.
+struct F16Convert {
+  // exact; a signalling NaN comes out quiet, as f16_bits_to_f32 does
+  static ROTARY_AVX2_INLINE __m256 widen(__m128i h) noexcept { return _mm256_cvtph_ps(h); }
+  // IEEE round to nearest even (imm, not MXCSR), subnormals kept, overflow to inf, NaN quiet with
+  // sign and top payload bits: f32_to_f16_bits
+  static ROTARY_AVX2_INLINE __m128i narrow(__m256 v) noexcept {
+    return _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
+};
+
+struct BF16Convert {
+  // exact: the bits are the top half of the f32
+  static ROTARY_AVX2_INLINE __m256 widen(__m128i h) noexcept {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+  // f32_to_bf16_bits in integer ops (what vcvtneps2bf16 computes):
+  //   f32 subnormals (exponent 0) flush to a signed zero;
+  //   round to nearest even at bit 16: u + 0x7fff + lsb, then >> 16 (no carry out of bit 31 for a
+  //   non-NaN u: the largest, -inf, is 0xff800000);
+  //   NaN: the quiet bit (f32 bit 22) set and truncated, i.e. (u >> 16) | 0x40.
+  // The results fit in 16 bits, so the unsigned-saturating pack is exact.
+  static ROTARY_AVX2_INLINE __m128i narrow(__m256 v) noexcept {
+    const __m256i u = _mm256_castps_si256(v);
+    const __m256i tiny =
+        _mm256_cmpeq_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7f800000)), _mm256_setzero_si256());
+    const __m256i x = _mm256_andnot_si256(_mm256_and_si256(tiny, _mm256_set1_epi32(0x7fffffff)), u);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
+    const __m256i rounded = _mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)), lsb);
+    const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    const __m256i quiet = _mm256_or_si256(u, _mm256_set1_epi32(0x00400000));
+    const __m256i r = _mm256_srli_epi32(_mm256_blendv_epi8(rounded, quiet, nan), 16);
+    return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+  }
+};
+
+// The first n (0 <= n <= 8) lanes of a vector, for the f32 cos/sin streams and the 16-bit data.
+struct Tail16 {
+  __m256i lanes;  // f32 lanes [0, n): the cos/sin mask
+  __m128i pairs;  // 32-bit lanes [0, n/2): the whole pairs of 16-bit elements (vpmaskmovd)
+  __m128i odd;    // 16-bit lane n-1 (used when n is odd)
+  __m128i pick;   // pshufb control moving 16-bit lane n-1 to lane 0 (used when n is odd)
+  int n;
+};
+
+// F32's lanes and math over 16-bit storage: load(const T*) widens, store(T*, ...) rounds once;
+// load(const float*) reads the f32 cos/sin rows.
+template <class Storage, class Convert>
+struct Narrow : F32 {
+  using T = Storage;
+  using C = float;
+  using Mask = Tail16;
+
+  static ROTARY_AVX2_INLINE Mask mask(int n) noexcept {
+    const auto last = static_cast<short>(n - 1);
+    return {F32::mask(n), _mm_cmpgt_epi32(_mm_set1_epi32(n / 2), _mm_setr_epi32(0, 1, 2, 3)),
+            _mm_cmpeq_epi16(_mm_set1_epi16(last), _mm_setr_epi16(0, 1, 2, 3, 4, 5, 6, 7)),
+            _mm_set1_epi16(static_cast<short>(0x0100 + 0x0202 * last)), n};
+  }
+  static ROTARY_AVX2_INLINE V load(const float* p) noexcept { return _mm256_loadu_ps(p); }
+  static ROTARY_AVX2_INLINE V load(const float* p, const Mask& m) noexcept {
+    return _mm256_maskload_ps(p, m.lanes);
+  }
+  static ROTARY_AVX2_INLINE V load(const T* p) noexcept {
+    return Convert::widen(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static ROTARY_AVX2_INLINE V load(const T* p, const Mask& m) noexcept {
+    __m128i h = _mm_maskload_epi32(reinterpret_cast<const int*>(p), m.pairs);
+    if (m.n & 1) {
+      std::uint16_t e = 0;
+      std::memcpy(&e, static_cast<const void*>(p + (m.n - 1)), sizeof e);
+      h = _mm_blendv_epi8(h, _mm_set1_epi16(static_cast<short>(e)), m.odd);
+    }
+    return Convert::widen(h);
+  }
+  static ROTARY_AVX2_INLINE void store(T* p, V v) noexcept {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), Convert::narrow(v));
+  }
+  static ROTARY_AVX2_INLINE void store(T* p, const Mask& m, V v) noexcept {
+    const __m128i h = Convert::narrow(v);
+    _mm_maskstore_epi32(reinterpret_cast<int*>(p), m.pairs, h);
+    if (m.n & 1) {
+      const auto e = static_cast<std::uint16_t>(_mm_cvtsi128_si32(_mm_shuffle_epi8(h, m.pick)));
+      std::memcpy(static_cast<void*>(p + (m.n - 1)), &e, sizeof e);
+    }
+  }
+};
+
+using F16 = Narrow<f16, F16Convert>;
+using BF16 = Narrow<bf16, BF16Convert>;
+
+// n 16-bit elements, bit for bit: 16 per ymm; the tail's whole pairs with vpmaskmovd, an odd last
+// element with a 16-bit scalar copy.
+ROTARY_AVX2_INLINE void copy_u16(const void* in, void* out, std::int64_t n) noexcept {
+  const auto* src = static_cast<const std::uint16_t*>(in);
+  auto* dst = static_cast<std::uint16_t*>(out);
+  std::int64_t j = 0;
+  for (; j + 16 <= n; j += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + j),
+                        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + j)));
+  const auto rest = static_cast<int>(n - j);  // 0 .. 15
+  if (rest >= 2) {
+    const __m256i m = F32::mask(rest / 2);
+    _mm256_maskstore_epi32(reinterpret_cast<int*>(dst + j), m,
+                           _mm256_maskload_epi32(reinterpret_cast<const int*>(src + j), m));
+  }
+  if (rest & 1) std::memcpy(dst + (n - 1), src + (n - 1), sizeof(std::uint16_t));
+}
+
 // Rows whose cos (or sin) stream fits in this many vectors keep a token's cos/sin in registers:
 // 2*4 of the 16 ymm registers.
 inline constexpr int kMaxRegs = 4;
 
 // Pass-through coordinates [rotary_dim, head_dim) when out of place: copied inline, because a call
 // (memcpy) would spill the register-resident cos/sin of the token around it.
+// f16/bf16 go through copy_u16, so a signalling NaN or a bf16 subnormal is copied as is.
 template <class S>
 ROTARY_AVX2_INLINE void copy_pass_through(const typename S::T* in, typename S::T* out,
                                           std::int64_t n) noexcept {
-  std::int64_t j = 0;
-  for (; j + S::L <= n; j += S::L) S::store(out + j, S::load(in + j));
-  if (j < n) {
-    const auto m = S::mask(static_cast<int>(n - j));
-    S::store(out + j, m, S::load(in + j, m));
+  if constexpr (sizeof(typename S::T) == 2) {
+    copy_u16(in, out, n);
+  } else {
+    std::int64_t j = 0;
+    for (; j + S::L <= n; j += S::L) S::store(out + j, S::load(in + j));
+    if (j < n) {
+      const auto m = S::mask(static_cast<int>(n - j));
+      S::store(out + j, m, S::load(in + j, m));
+    }
   }
 }
 
@@ -140,6 +267,7 @@ template <class S, int K>
 ROTARY_TARGET_AVX2 void half_split_registers(const KernelArgs<typename S::T>& a, std::int64_t t0,
                                              std::int64_t t1) noexcept {
   using T = typename S::T;
+  using C = typename S::C;
   using V = typename S::V;
   constexpr int L = S::L;
   const Rows<T> rows(a);
@@ -150,7 +278,7 @@ ROTARY_TARGET_AVX2 void half_split_registers(const KernelArgs<typename S::T>& a,
   const auto m = S::mask(last);
   const V neg = S::sign(a.inverse);
   for (std::int64_t t = t0; t < t1; ++t) {
-    const T* cs = a.cos_sin_row(t);
+    const C* cs = a.cos_sin_row(t);
     V c[K];
     V s[K];
 #pragma GCC unroll 16
@@ -179,6 +307,7 @@ template <class S>
 ROTARY_TARGET_AVX2 void half_split_stream(const KernelArgs<typename S::T>& a, std::int64_t t0,
                                           std::int64_t t1) noexcept {
   using T = typename S::T;
+  using C = typename S::C;
   using V = typename S::V;
   constexpr int L = S::L;
   const Rows<T> rows(a);
@@ -189,7 +318,7 @@ ROTARY_TARGET_AVX2 void half_split_stream(const KernelArgs<typename S::T>& a, st
   const auto m = S::mask(static_cast<int>(h % L));
   const V neg = S::sign(a.inverse);
   for (std::int64_t t = t0; t < t1; ++t) {
-    const T* cs = a.cos_sin_row(t);
+    const C* cs = a.cos_sin_row(t);
     for (std::int64_t head = 0; head < heads; ++head) {
       const T* in = rows.in_row(t, head);
       T* out = rows.out_row(t, head);
@@ -225,6 +354,7 @@ template <class S, int K>
 ROTARY_TARGET_AVX2 void interleaved_registers(const KernelArgs<typename S::T>& a, std::int64_t t0,
                                               std::int64_t t1) noexcept {
   using T = typename S::T;
+  using C = typename S::C;
   using V = typename S::V;
   constexpr int L = S::L;
   const Rows<T> rows(a);
@@ -237,7 +367,7 @@ ROTARY_TARGET_AVX2 void interleaved_registers(const KernelArgs<typename S::T>& a
   const auto hm = S::half_mask(last / 2);
   const V neg = S::sign(a.inverse);
   for (std::int64_t t = t0; t < t1; ++t) {
-    const T* cs = a.cos_sin_row(t);
+    const C* cs = a.cos_sin_row(t);
     V cd[K];
     V sd[K];
 #pragma GCC unroll 16
@@ -266,6 +396,7 @@ template <class S>
 ROTARY_TARGET_AVX2 void interleaved_stream(const KernelArgs<typename S::T>& a, std::int64_t t0,
                                            std::int64_t t1) noexcept {
   using T = typename S::T;
+  using C = typename S::C;
   using V = typename S::V;
   constexpr int L = S::L;
   const Rows<T> rows(a);
@@ -279,7 +410,7 @@ ROTARY_TARGET_AVX2 void interleaved_stream(const KernelArgs<typename S::T>& a, s
   const auto hm = S::half_mask(rest / 2);
   const V neg = S::sign(a.inverse);
   for (std::int64_t t = t0; t < t1; ++t) {
-    const T* cs = a.cos_sin_row(t);
+    const C* cs = a.cos_sin_row(t);
     for (std::int64_t head = 0; head < heads; ++head) {
       const T* in = rows.in_row(t, head);
       T* out = rows.out_row(t, head);
@@ -327,11 +458,15 @@ void rotate_tokens_impl(const KernelArgs<typename S::T>& a, std::int64_t t0, std
 // the avx2 feature set (isa_supported(Isa::avx2)).
 template <class T>
 void rotate_tokens(const KernelArgs<T>& a, std::int64_t t0, std::int64_t t1) noexcept {
-  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "f32 or f64");
+  static_assert(is_storage_type_v<T>, "f32, f64, f16 or bf16");
   if constexpr (std::is_same_v<T, float>) {
     rotate_tokens_impl<F32>(a, t0, t1);
-  } else {
+  } else if constexpr (std::is_same_v<T, double>) {
     rotate_tokens_impl<F64>(a, t0, t1);
+  } else if constexpr (std::is_same_v<T, f16>) {
+    rotate_tokens_impl<F16>(a, t0, t1);
+  } else {
+    rotate_tokens_impl<BF16>(a, t0, t1);
   }
 }
 

@@ -1,4 +1,5 @@
-// AVX-512 (F+VL+BW+DQ) kernels: f32 in 16 lanes, f64 in 8. Bit-identical to kernels/scalar.hpp.
+// AVX-512 (F+VL+BW+DQ) kernels: f32, f16 and bf16 in 16 lanes, f64 in 8. Bit-identical to
+// kernels/scalar.hpp.
 //
 // Math, per pair (x0, x1) with cos c and sign-adjusted sin s (s negated once per token for the
 // inverse, which is exact):
@@ -14,6 +15,13 @@
 // from the cache row (in L1 after the first head).
 // Tails: the last vector of every stream (x, y, cos, sin) uses masked loads/stores, so nothing
 // outside the rows or the cache row is read or written. Pass-through coordinates are copied inline.
+// f16/bf16 storage (F16, BF16, BF16Hw): 16 stored values per vector, widened exactly to f32 on load
+// (vcvtph2ps; bf16: zero-extend and shift left 16), the f32 math unchanged, and each f32 result
+// rounded once on store by convert.hpp's rules: f16 vcvtps2ph with round-to-nearest-even; bf16 either
+// vcvtneps2bf16 (AVX512_BF16, namespace bf16_hw) or the same rounding in integer ops. 16-bit tails
+// use the AVX512BW masked forms; pass-through bits are moved, not converted.
+// The kernel bodies are in avx512_kernels.inc, compiled once per target region: the avx512 set, and
+// (for BF16Hw) the avx512 set plus avx512bf16. rotate_tokens<bf16> picks one per call at run time.
 #ifndef ROTARY_DETAIL_KERNELS_AVX512_HPP
 #define ROTARY_DETAIL_KERNELS_AVX512_HPP
 
@@ -23,6 +31,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "../cpu.hpp"
 #include "../kernel_args.hpp"
 
 #if ROTARY_X86_KERNELS
@@ -35,7 +44,8 @@ namespace rotary::detail::avx512 {
 // Lane operations per element type. Masks: `mask(n)` selects the first n lanes of a data vector
 // (0 < n <= L), `half_mask(n)` the first n of the L/2 cos or sin values duplicated into one vector.
 struct F32 {
-  using T = float;
+  using T = float;  // storage
+  using C = float;  // cos/sin and arithmetic
   using V = __m512;
   using Mask = __mmask16;
   using HalfMask = __mmask8;
@@ -73,6 +83,7 @@ struct F32 {
 
 struct F64 {
   using T = double;
+  using C = double;
   using V = __m512d;
   using Mask = __mmask8;
   using HalfMask = __mmask8;
@@ -104,240 +115,165 @@ struct F64 {
   static ROTARY_AVX512_INLINE V swap_pairs(V v) noexcept { return _mm512_maskz_permute_pd(all, v, 0x55); }
 };
 
+// ---- f16 and bf16 storage -----------------------------------------------------------------------
+
+// Storage <-> f32 for 16 values (a ymm of 16-bit elements <-> a zmm of f32). Conversions to storage
+// follow convert.hpp bit for bit. The maskz forms with all lanes compile to the plain instructions
+// and keep g++ 12's -Wmaybe-uninitialized quiet (see F32::dup).
+struct F16Convert {
+  // exact; a signalling NaN comes out quiet, as f16_bits_to_f32 does
+  static ROTARY_AVX512_INLINE __m512 widen(__m256i h) noexcept { return _mm512_maskz_cvtph_ps(F32::all, h); }
+  // IEEE round to nearest even (imm, not MXCSR), subnormals kept, overflow to inf, NaN quiet with
+  // sign and top payload bits: f32_to_f16_bits
+  static ROTARY_AVX512_INLINE __m256i narrow(__m512 v) noexcept {
+    return _mm512_maskz_cvtps_ph(F32::all, v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
+};
+
+struct BF16Convert {
+  // exact: the bits are the top half of the f32
+  static ROTARY_AVX512_INLINE __m512 widen(__m256i h) noexcept {
+    return _mm512_castsi512_ps(
+        _mm512_maskz_slli_epi32(F32::all, _mm512_maskz_cvtepu16_epi32(F32::all, h), 16));
+  }
+  // f32_to_bf16_bits in integer ops (what vcvtneps2bf16 computes):
+  //   f32 subnormals (exponent 0) flush to a signed zero;
+  //   round to nearest even at bit 16: u + 0x7fff + lsb, then >> 16 (no carry out of bit 31 for a
+  //   non-NaN u: the largest, -inf, is 0xff800000);
+  //   NaN: the quiet bit (f32 bit 22) set and truncated, i.e. (u >> 16) | 0x40.
+  static ROTARY_AVX512_INLINE __m256i narrow(__m512 v) noexcept {
+    const __m512i u = _mm512_castps_si512(v);
+    const __mmask16 tiny = _mm512_testn_epi32_mask(u, _mm512_set1_epi32(0x7f800000));
+    const __m512i x = _mm512_mask_and_epi32(u, tiny, u, _mm512_set1_epi32(static_cast<int>(0x80000000u)));
+    const __m512i lsb = _mm512_and_si512(_mm512_maskz_srli_epi32(F32::all, x, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)), lsb);
+    const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    r = _mm512_mask_or_epi32(r, nan, u, _mm512_set1_epi32(0x00400000));
+    return _mm512_maskz_cvtepi32_epi16(F32::all, _mm512_maskz_srli_epi32(F32::all, r, 16));
+  }
+};
+
+// F32's lanes and math over 16-bit storage: load(const T*) widens, store(T*, ...) rounds once;
+// load(const float*) (inherited) reads the f32 cos/sin rows.
+template <class Storage, class Convert>
+struct Narrow : F32 {
+  using T = Storage;
+  using C = float;
+  using F32::load;
+  static ROTARY_AVX512_INLINE V load(const T* p) noexcept {
+    return Convert::widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  static ROTARY_AVX512_INLINE V load(const T* p, Mask m) noexcept {
+    return Convert::widen(_mm256_maskz_loadu_epi16(m, p));
+  }
+  static ROTARY_AVX512_INLINE void store(T* p, V v) noexcept {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), Convert::narrow(v));
+  }
+  static ROTARY_AVX512_INLINE void store(T* p, Mask m, V v) noexcept {
+    _mm256_mask_storeu_epi16(p, m, Convert::narrow(v));
+  }
+};
+
+using F16 = Narrow<f16, F16Convert>;
+using BF16 = Narrow<bf16, BF16Convert>;  // integer rounding: any AVX-512 CPU
+
+#if ROTARY_AVX512_BF16_KERNELS
+#define ROTARY_AVX512_BF16_INLINE ROTARY_ALWAYS_INLINE ROTARY_TARGET_AVX512_BF16
+// bf16 with the AVX512_BF16 conversion: vcvtneps2bf16 rounds to nearest even (ignoring MXCSR),
+// flushes f32 subnormal inputs to a signed zero and makes NaN quiet, i.e. f32_to_bf16_bits exactly.
+// Only kernels compiled with ROTARY_TARGET_AVX512_BF16 (namespace bf16_hw) can use it.
+struct BF16Hw : BF16 {
+  static ROTARY_AVX512_BF16_INLINE __m256i narrow(V v) noexcept {
+    // __m256bh -> __m256i: a same-size vector reinterpretation (GNU vector cast)
+    return (__m256i)_mm512_cvtneps_pbh(v);
+  }
+  static ROTARY_AVX512_BF16_INLINE void store(T* p, V v) noexcept {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), narrow(v));
+  }
+  static ROTARY_AVX512_BF16_INLINE void store(T* p, Mask m, V v) noexcept {
+    _mm256_mask_storeu_epi16(p, m, narrow(v));
+  }
+};
+#undef ROTARY_AVX512_BF16_INLINE
+#endif
+
+// n 16-bit elements, bit for bit: 32 per zmm, the tail with a BW mask.
+ROTARY_AVX512_INLINE void copy_u16(const void* in, void* out, std::int64_t n) noexcept {
+  const auto* src = static_cast<const std::uint16_t*>(in);
+  auto* dst = static_cast<std::uint16_t*>(out);
+  std::int64_t j = 0;
+  for (; j + 32 <= n; j += 32) _mm512_storeu_si512(dst + j, _mm512_loadu_si512(src + j));
+  if (j < n) {
+    const auto m = static_cast<__mmask32>((1u << (n - j)) - 1u);
+    _mm512_mask_storeu_epi16(dst + j, m, _mm512_maskz_loadu_epi16(m, src + j));
+  }
+}
+
 // Rows whose cos (or sin) stream fits in this many vectors keep a token's cos/sin in registers:
 // 2*8 of the 32 zmm registers. f32: half_split rotary_dim <= 256, interleaved <= 128.
 inline constexpr int kMaxRegs = 8;
 
-// Pass-through coordinates [rotary_dim, head_dim) when out of place: copied inline, because a call
-// (memcpy) would spill the register-resident cos/sin of the token around it.
-template <class S>
-ROTARY_AVX512_INLINE void copy_pass_through(const typename S::T* in, typename S::T* out,
-                                            std::int64_t n) noexcept {
-  std::int64_t j = 0;
-  for (; j + S::L <= n; j += S::L) S::store(out + j, S::load(in + j));
-  if (j < n) {
-    const auto m = S::mask(static_cast<int>(n - j));
-    S::store(out + j, m, S::load(in + j, m));
-  }
+}  // namespace rotary::detail::avx512
+
+// ---- kernels ------------------------------------------------------------------------------------
+
+#define ROTARY_AVX512_KERNEL_TARGET ROTARY_TARGET_AVX512
+#define ROTARY_AVX512_KERNEL_INLINE ROTARY_ALWAYS_INLINE ROTARY_TARGET_AVX512
+namespace rotary::detail::avx512 {
+#include "avx512_kernels.inc"
+}  // namespace rotary::detail::avx512
+#undef ROTARY_AVX512_KERNEL_TARGET
+#undef ROTARY_AVX512_KERNEL_INLINE
+
+#if ROTARY_AVX512_BF16_KERNELS
+#define ROTARY_AVX512_KERNEL_TARGET ROTARY_TARGET_AVX512_BF16
+#define ROTARY_AVX512_KERNEL_INLINE ROTARY_ALWAYS_INLINE ROTARY_TARGET_AVX512_BF16
+namespace rotary::detail::avx512::bf16_hw {
+#include "avx512_kernels.inc"
+}  // namespace rotary::detail::avx512::bf16_hw
+#undef ROTARY_AVX512_KERNEL_TARGET
+#undef ROTARY_AVX512_KERNEL_INLINE
+#endif
+
+namespace rotary::detail::avx512 {
+
+// bf16 with the integer rounding: runs on every CPU with the avx512 set.
+inline void rotate_tokens_bf16_integer(const KernelArgs<bf16>& a, std::int64_t t0, std::int64_t t1) noexcept {
+  rotate_tokens_impl<BF16>(a, t0, t1);
 }
 
-// ---- half_split -------------------------------------------------------------------------------
-
-template <class S>
-ROTARY_AVX512_INLINE void half_split_step(const typename S::T* in, typename S::T* out, std::int64_t h,
-                                          typename S::V c, typename S::V s) noexcept {
-  using V = typename S::V;
-  const V x0 = S::load(in);
-  const V x1 = S::load(in + h);
-  const V y0 = S::fmsub(x0, c, S::mul(x1, s));
-  const V y1 = S::fmadd(x1, c, S::mul(x0, s));
-  S::store(out, y0);
-  S::store(out + h, y1);
+#if ROTARY_AVX512_BF16_KERNELS
+// bf16 with vcvtneps2bf16: only on a CPU with the avx512 set and cpu_features().avx512bf16.
+inline void rotate_tokens_bf16_hardware(const KernelArgs<bf16>& a, std::int64_t t0,
+                                        std::int64_t t1) noexcept {
+  bf16_hw::rotate_tokens_impl<BF16Hw>(a, t0, t1);
 }
+#endif
 
-template <class S>
-ROTARY_AVX512_INLINE void half_split_step(const typename S::T* in, typename S::T* out, std::int64_t h,
-                                          typename S::V c, typename S::V s, typename S::Mask m) noexcept {
-  using V = typename S::V;
-  const V x0 = S::load(in, m);
-  const V x1 = S::load(in + h, m);
-  const V y0 = S::fmsub(x0, c, S::mul(x1, s));
-  const V y1 = S::fmadd(x1, c, S::mul(x0, s));
-  S::store(out, m, y0);
-  S::store(out + h, m, y1);
-}
-
-// h pairs in exactly K vectors per half, the last one holding `last` in [1, L] pairs.
-template <class S, int K>
-ROTARY_TARGET_AVX512 void half_split_registers(const KernelArgs<typename S::T>& a, std::int64_t t0,
-                                               std::int64_t t1) noexcept {
-  using T = typename S::T;
-  using V = typename S::V;
-  constexpr int L = S::L;
-  const Rows<T> rows(a);
-  const std::int64_t heads = a.total_heads();
-  const std::int64_t h = a.rotary_dim / 2;
-  const std::int64_t pass = a.head_dim - a.rotary_dim;
-  const int last = static_cast<int>(h - (K - 1) * L);
-  const auto m = S::mask(last);
-  const V neg = S::sign(a.inverse);
-  for (std::int64_t t = t0; t < t1; ++t) {
-    const T* cs = a.cos_sin_row(t);
-    V c[K];
-    V s[K];
-#pragma GCC unroll 16
-    for (int k = 0; k < K - 1; ++k) {
-      c[k] = S::load(cs + k * L);
-      s[k] = S::flip(S::load(cs + h + k * L), neg);
-    }
-    c[K - 1] = S::load(cs + (K - 1) * L, m);
-    s[K - 1] = S::flip(S::load(cs + h + (K - 1) * L, m), neg);
-    for (std::int64_t head = 0; head < heads; ++head) {
-      const T* in = rows.in_row(t, head);
-      T* out = rows.out_row(t, head);
-#pragma GCC unroll 16
-      for (int k = 0; k < K - 1; ++k) half_split_step<S>(in + k * L, out + k * L, h, c[k], s[k]);
-      half_split_step<S>(in + (K - 1) * L, out + (K - 1) * L, h, c[K - 1], s[K - 1], m);
-      if (pass > 0 && in != out) copy_pass_through<S>(in + 2 * h, out + 2 * h, pass);
-    }
-  }
-}
-
-// Any h: one vector at a time, cos/sin reloaded per head from the (L1-resident) cache row.
-template <class S>
-ROTARY_TARGET_AVX512 void half_split_stream(const KernelArgs<typename S::T>& a, std::int64_t t0,
-                                            std::int64_t t1) noexcept {
-  using T = typename S::T;
-  using V = typename S::V;
-  constexpr int L = S::L;
-  const Rows<T> rows(a);
-  const std::int64_t heads = a.total_heads();
-  const std::int64_t h = a.rotary_dim / 2;
-  const std::int64_t pass = a.head_dim - a.rotary_dim;
-  const std::int64_t full = h - h % L;
-  const auto m = S::mask(static_cast<int>(h % L));
-  const V neg = S::sign(a.inverse);
-  for (std::int64_t t = t0; t < t1; ++t) {
-    const T* cs = a.cos_sin_row(t);
-    for (std::int64_t head = 0; head < heads; ++head) {
-      const T* in = rows.in_row(t, head);
-      T* out = rows.out_row(t, head);
-      for (std::int64_t j = 0; j < full; j += L)
-        half_split_step<S>(in + j, out + j, h, S::load(cs + j), S::flip(S::load(cs + h + j), neg));
-      if (full < h)
-        half_split_step<S>(in + full, out + full, h, S::load(cs + full, m),
-                           S::flip(S::load(cs + h + full, m), neg), m);
-      if (pass > 0 && in != out) copy_pass_through<S>(in + 2 * h, out + 2 * h, pass);
-    }
-  }
-}
-
-// ---- interleaved ------------------------------------------------------------------------------
-
-template <class S>
-ROTARY_AVX512_INLINE void interleaved_step(const typename S::T* in, typename S::T* out, typename S::V cd,
-                                           typename S::V sd) noexcept {
-  const typename S::V x = S::load(in);
-  S::store(out, S::fmaddsub(x, cd, S::mul(S::swap_pairs(x), sd)));
-}
-
-template <class S>
-ROTARY_AVX512_INLINE void interleaved_step(const typename S::T* in, typename S::T* out, typename S::V cd,
-                                           typename S::V sd, typename S::Mask m) noexcept {
-  const typename S::V x = S::load(in, m);
-  S::store(out, m, S::fmaddsub(x, cd, S::mul(S::swap_pairs(x), sd)));
-}
-
-// rotary_dim elements in exactly K vectors, the last one holding `last` (even, in [2, L]); vector k
-// uses cos/sin [k*L/2, (k+1)*L/2).
-template <class S, int K>
-ROTARY_TARGET_AVX512 void interleaved_registers(const KernelArgs<typename S::T>& a, std::int64_t t0,
-                                                std::int64_t t1) noexcept {
-  using T = typename S::T;
-  using V = typename S::V;
-  constexpr int L = S::L;
-  const Rows<T> rows(a);
-  const std::int64_t heads = a.total_heads();
-  const std::int64_t d = a.rotary_dim;
-  const std::int64_t h = d / 2;
-  const std::int64_t pass = a.head_dim - d;
-  const int last = static_cast<int>(d - (K - 1) * L);
-  const auto m = S::mask(last);
-  const auto hm = S::half_mask(last / 2);
-  const V neg = S::sign(a.inverse);
-  for (std::int64_t t = t0; t < t1; ++t) {
-    const T* cs = a.cos_sin_row(t);
-    V cd[K];
-    V sd[K];
-#pragma GCC unroll 16
-    for (int k = 0; k < K - 1; ++k) {
-      cd[k] = S::load_dup(cs + k * (L / 2));
-      sd[k] = S::flip(S::load_dup(cs + h + k * (L / 2)), neg);
-    }
-    cd[K - 1] = S::load_dup(cs + (K - 1) * (L / 2), hm);
-    sd[K - 1] = S::flip(S::load_dup(cs + h + (K - 1) * (L / 2), hm), neg);
-    for (std::int64_t head = 0; head < heads; ++head) {
-      const T* in = rows.in_row(t, head);
-      T* out = rows.out_row(t, head);
-#pragma GCC unroll 16
-      for (int k = 0; k < K - 1; ++k) interleaved_step<S>(in + k * L, out + k * L, cd[k], sd[k]);
-      interleaved_step<S>(in + (K - 1) * L, out + (K - 1) * L, cd[K - 1], sd[K - 1], m);
-      if (pass > 0 && in != out) copy_pass_through<S>(in + d, out + d, pass);
-    }
-  }
-}
-
-// Any rotary_dim: one vector at a time, cos/sin reloaded and duplicated per head.
-template <class S>
-ROTARY_TARGET_AVX512 void interleaved_stream(const KernelArgs<typename S::T>& a, std::int64_t t0,
-                                             std::int64_t t1) noexcept {
-  using T = typename S::T;
-  using V = typename S::V;
-  constexpr int L = S::L;
-  const Rows<T> rows(a);
-  const std::int64_t heads = a.total_heads();
-  const std::int64_t d = a.rotary_dim;
-  const std::int64_t h = d / 2;
-  const std::int64_t pass = a.head_dim - d;
-  const std::int64_t full = d - d % L;
-  const int rest = static_cast<int>(d % L);  // even
-  const auto m = S::mask(rest);
-  const auto hm = S::half_mask(rest / 2);
-  const V neg = S::sign(a.inverse);
-  for (std::int64_t t = t0; t < t1; ++t) {
-    const T* cs = a.cos_sin_row(t);
-    for (std::int64_t head = 0; head < heads; ++head) {
-      const T* in = rows.in_row(t, head);
-      T* out = rows.out_row(t, head);
-      for (std::int64_t j = 0; j < full; j += L)
-        interleaved_step<S>(in + j, out + j, S::load_dup(cs + j / 2),
-                            S::flip(S::load_dup(cs + h + j / 2), neg));
-      if (full < d)
-        interleaved_step<S>(in + full, out + full, S::load_dup(cs + full / 2, hm),
-                            S::flip(S::load_dup(cs + h + full / 2, hm), neg), m);
-      if (pass > 0 && in != out) copy_pass_through<S>(in + d, out + d, pass);
-    }
-  }
-}
-
-// ---- entry --------------------------------------------------------------------------------------
-
-// The kernel for rows of `vectors` vectors per stream: the K-register variant, or past kMaxRegs the
-// streaming one.
-template <class S, int K = 1>
-void select_kernel(const KernelArgs<typename S::T>& a, std::int64_t vectors, std::int64_t t0,
-                   std::int64_t t1) noexcept {
-  if constexpr (K > kMaxRegs) {
-    if (a.pairing == Pairing::half_split)
-      half_split_stream<S>(a, t0, t1);
-    else
-      interleaved_stream<S>(a, t0, t1);
-  } else if (vectors == K) {
-    if (a.pairing == Pairing::half_split)
-      half_split_registers<S, K>(a, t0, t1);
-    else
-      interleaved_registers<S, K>(a, t0, t1);
-  } else {
-    select_kernel<S, K + 1>(a, vectors, t0, t1);
-  }
-}
-
-template <class S>
-void rotate_tokens_impl(const KernelArgs<typename S::T>& a, std::int64_t t0, std::int64_t t1) noexcept {
-  // Vectors per stream: half_split streams hold rotary_dim/2 values, interleaved ones rotary_dim.
-  const std::int64_t n = a.pairing == Pairing::half_split ? a.rotary_dim / 2 : a.rotary_dim;
-  select_kernel<S>(a, (n + S::L - 1) / S::L, t0, t1);
+// True if rotate_tokens<bf16> uses vcvtneps2bf16 on this CPU (both variants give the same bits).
+inline bool bf16_hardware_rounding() noexcept {
+  return ROTARY_AVX512_BF16_KERNELS && cpu_features().avx512bf16;
 }
 
 // Tokens [t0, t1) of a call; same contract as scalar::rotate_tokens. Only call it on a CPU with
 // the avx512 feature set (isa_supported(Isa::avx512)).
 template <class T>
 void rotate_tokens(const KernelArgs<T>& a, std::int64_t t0, std::int64_t t1) noexcept {
-  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "f32 or f64");
+  static_assert(is_storage_type_v<T>, "f32, f64, f16 or bf16");
   if constexpr (std::is_same_v<T, float>) {
     rotate_tokens_impl<F32>(a, t0, t1);
-  } else {
+  } else if constexpr (std::is_same_v<T, double>) {
     rotate_tokens_impl<F64>(a, t0, t1);
+  } else if constexpr (std::is_same_v<T, f16>) {
+    rotate_tokens_impl<F16>(a, t0, t1);
+  } else {
+#if ROTARY_AVX512_BF16_KERNELS
+    if (cpu_features().avx512bf16) {
+      rotate_tokens_bf16_hardware(a, t0, t1);
+      return;
+    }
+#endif
+    rotate_tokens_bf16_integer(a, t0, t1);
   }
 }
 
