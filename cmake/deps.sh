@@ -6,7 +6,7 @@ set -euo pipefail
 pkgs=(cmake g++ libeigen3-dev)
 for what in "${@:-tests}"; do
   case "$what" in
-    tests) pkgs+=(clang googletest libgtest-dev libbenchmark-dev) ;;
+    tests) pkgs+=(clang googletest libgtest-dev libbenchmark-dev nlohmann-json3-dev) ;;
     bench) pkgs+=(libbenchmark-dev) ;;
     cross) pkgs+=(g++-aarch64-linux-gnu qemu-user libgtest-dev googletest) ;;
     *) echo "deps.sh: unknown set '$what' (tests|bench|cross)" >&2; exit 2 ;;

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <initializer_list>
 #include <limits>
 #include <random>
 #include <stdexcept>
@@ -97,6 +98,20 @@ void cache_row(const rotary::CosSinCache<T>& c, std::int64_t position, std::vect
   const auto h = static_cast<std::size_t>(c.pairs());
   cos.assign(r, r + h);
   sin.assign(r + h, r + 2 * h);
+}
+
+// Runs f, expects rotary::error whose message contains every fragment.
+template <class F>
+void expect_error(F&& f, std::initializer_list<const char*> fragments) {
+  try {
+    f();
+    ADD_FAILURE() << "no rotary::error thrown; expected one mentioning " << *fragments.begin();
+  } catch (const rotary::error& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.rfind("rotary: ", 0), 0u) << what;
+    for (const char* frag : fragments)
+      EXPECT_NE(what.find(frag), std::string::npos) << "missing \"" << frag << "\" in: " << what;
+  }
 }
 
 #if ROTARY_TEST_HAVE_MMAN

@@ -10,19 +10,7 @@ using rotary::Pairing;
 using rotary::Positions;
 using rotary::RotarySpec;
 
-// Runs f, expects rotary::error whose message contains every fragment.
-template <class F>
-void expect_error(F&& f, std::initializer_list<const char*> fragments) {
-  try {
-    f();
-    ADD_FAILURE() << "no rotary::error thrown; expected one mentioning " << *fragments.begin();
-  } catch (const rotary::error& e) {
-    const std::string what = e.what();
-    EXPECT_EQ(what.rfind("rotary: ", 0), 0u) << what;
-    for (const char* frag : fragments)
-      EXPECT_NE(what.find(frag), std::string::npos) << "missing \"" << frag << "\" in: " << what;
-  }
-}
+using rotary_test::expect_error;
 
 TEST(Errors, Spec) {
   expect_error([] { rotary::compute_frequencies(RotarySpec(128, Pairing::half_split, 10000.0, 3)); },

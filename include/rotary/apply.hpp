@@ -157,28 +157,23 @@ Kernel<T> select_kernel() {
 
 // The single place where a validated call reaches the kernels: the kernel is chosen once per call
 // (never per row), and the tokens are split over the caller's threads if it supplied a ParallelFor.
-template <class T>
-void run(const KernelArgs<T>& a, const ParallelFor& parallel = {}) {
-  const Kernel<T> kernel = select_kernel<T>();
-  if (a.generator == nullptr) {
-    if (!parallel || a.tokens < 2) {
-      kernel(a, 0, a.tokens);
-      return;
-    }
-    parallel(a.tokens, [&a, kernel](std::int64_t begin, std::int64_t end) { kernel(a, begin, end); });
-    return;
-  }
-  // Cache-free: per block of tokens, compute the rows, then run the kernel on them.
+// Runs the kernel over blocks of RowGenerator::kBlock tokens whose cos/sin rows are computed per
+// block: fill_block(begin, end, rows, scratch) writes rows for tokens [begin, end) in the cache
+// layout (scratch: rotary_dim doubles). Used by cache-free calls and key re-rotation. fill_block
+// must be safe to call concurrently.
+template <class T, class FillBlock>
+void run_with_row_blocks(const KernelArgs<T>& a, const FillBlock& fill_block, const ParallelFor& parallel) {
   using C = compute_t<T>;
-  const auto blocks = [&a, kernel](std::int64_t begin, std::int64_t end) {
+  const Kernel<T> kernel = select_kernel<T>();
+  const auto blocks = [&a, &fill_block, kernel](std::int64_t begin, std::int64_t end) {
     constexpr std::int64_t kBlock = RowGenerator<C>::kBlock;
     std::vector<C> rows(static_cast<std::size_t>(kBlock * a.rotary_dim));
-    std::vector<double> state(static_cast<std::size_t>(a.rotary_dim));
+    std::vector<double> scratch(static_cast<std::size_t>(a.rotary_dim));
     KernelArgs<T> b = a;
     b.rows = rows.data();
     for (std::int64_t t = begin; t < end; t += kBlock) {
       const std::int64_t stop = std::min(end, t + kBlock);
-      a.generator->fill(a.positions, t, stop, rows.data(), state.data());
+      fill_block(t, stop, rows.data(), scratch.data());
       b.rows_token0 = t;
       kernel(b, t, stop);
     }
@@ -188,6 +183,25 @@ void run(const KernelArgs<T>& a, const ParallelFor& parallel = {}) {
   } else {
     parallel(a.tokens, blocks);
   }
+}
+
+template <class T>
+void run(const KernelArgs<T>& a, const ParallelFor& parallel = {}) {
+  if (a.generator != nullptr) {  // cache-free: rows computed per block
+    run_with_row_blocks(
+        a,
+        [&a](std::int64_t begin, std::int64_t end, compute_t<T>* rows, double* scratch) {
+          a.generator->fill(a.positions, begin, end, rows, scratch);
+        },
+        parallel);
+    return;
+  }
+  const Kernel<T> kernel = select_kernel<T>();
+  if (!parallel || a.tokens < 2) {
+    kernel(a, 0, a.tokens);
+    return;
+  }
+  parallel(a.tokens, [&a, kernel](std::int64_t begin, std::int64_t end) { kernel(a, begin, end); });
 }
 
 inline void throw_if(const std::string& message) {

@@ -14,5 +14,8 @@
 #include "dispatch.hpp"    // IWYU pragma: export
 #include "apply.hpp"       // IWYU pragma: export
 #include "reference.hpp"   // IWYU pragma: export
+#include "hf_config.hpp"   // IWYU pragma: export
+#include "scaling.hpp"     // IWYU pragma: export
+#include "rerotate.hpp"    // IWYU pragma: export
 
 #endif  // ROTARY_ROTARY_HPP

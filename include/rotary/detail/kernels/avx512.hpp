@@ -51,6 +51,7 @@ struct F32 {
   using HalfMask = __mmask8;
   static constexpr int L = 16;
   static constexpr Mask all = 0xFFFF;
+  static constexpr bool packed_pairs = false;  // see BF16
 
   static ROTARY_AVX512_INLINE Mask mask(int n) noexcept { return static_cast<Mask>((1u << n) - 1u); }
   static ROTARY_AVX512_INLINE HalfMask half_mask(int n) noexcept {
@@ -89,6 +90,7 @@ struct F64 {
   using HalfMask = __mmask8;
   static constexpr int L = 8;
   static constexpr Mask all = 0xFF;
+  static constexpr bool packed_pairs = false;
 
   static ROTARY_AVX512_INLINE Mask mask(int n) noexcept { return static_cast<Mask>((1u << n) - 1u); }
   static ROTARY_AVX512_INLINE HalfMask half_mask(int n) noexcept {
@@ -142,14 +144,17 @@ struct BF16Convert {
   //   non-NaN u: the largest, -inf, is 0xff800000);
   //   NaN: the quiet bit (f32 bit 22) set and truncated, i.e. (u >> 16) | 0x40.
   static ROTARY_AVX512_INLINE __m256i narrow(__m512 v) noexcept {
+    return _mm512_maskz_cvtepi32_epi16(F32::all, _mm512_maskz_srli_epi32(F32::all, round_bits(v), 16));
+  }
+  // The rounded bf16 of each lane in its top 16 bits (the low 16 bits are garbage).
+  static ROTARY_AVX512_INLINE __m512i round_bits(__m512 v) noexcept {
     const __m512i u = _mm512_castps_si512(v);
     const __mmask16 tiny = _mm512_testn_epi32_mask(u, _mm512_set1_epi32(0x7f800000));
     const __m512i x = _mm512_mask_and_epi32(u, tiny, u, _mm512_set1_epi32(static_cast<int>(0x80000000u)));
     const __m512i lsb = _mm512_and_si512(_mm512_maskz_srli_epi32(F32::all, x, 16), _mm512_set1_epi32(1));
-    __m512i r = _mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)), lsb);
+    const __m512i r = _mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)), lsb);
     const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-    r = _mm512_mask_or_epi32(r, nan, u, _mm512_set1_epi32(0x00400000));
-    return _mm512_maskz_cvtepi32_epi16(F32::all, _mm512_maskz_srli_epi32(F32::all, r, 16));
+    return _mm512_mask_or_epi32(r, nan, u, _mm512_set1_epi32(0x00400000));
   }
 };
 
@@ -175,7 +180,35 @@ struct Narrow : F32 {
 };
 
 using F16 = Narrow<f16, F16Convert>;
-using BF16 = Narrow<bf16, BF16Convert>;  // integer rounding: any AVX-512 CPU
+// bf16 with the integer rounding: any AVX-512 CPU.
+// Packed pairs (packed_pairs = true): 32 stored values per zmm, element 2i in the low and 2i+1 in the
+// high half of 32-bit lane i. Widening is then a shift or a mask (no shuffle): even(u) = u << 16,
+// odd(u) = u & 0xffff0000, both exact; pack(lo, hi) rounds each f32 lane once and puts lo's bf16 back
+// in the low, hi's in the high half. The kernels *_packed in avx512_kernels.inc compute on these
+// de-interleaved lanes (interleaved: even = x0, odd = x1 with cos/sin used as loaded, no duplication
+// and no swap; half_split: cos/sin de-interleaved once per token).
+struct BF16 : Narrow<bf16, BF16Convert> {
+  static constexpr bool packed_pairs = true;
+  static constexpr int PL = 32;  // stored values per packed vector
+  using PMask = __mmask32;
+  using Raw = __m512i;
+  static ROTARY_AVX512_INLINE PMask pmask(int n) noexcept {
+    return n >= 32 ? static_cast<PMask>(0xFFFFFFFFu) : static_cast<PMask>((1u << n) - 1u);
+  }
+  static ROTARY_AVX512_INLINE Raw load_raw(const T* p) noexcept { return _mm512_loadu_si512(p); }
+  static ROTARY_AVX512_INLINE Raw load_raw(const T* p, PMask m) noexcept { return _mm512_maskz_loadu_epi16(m, p); }
+  static ROTARY_AVX512_INLINE void store_raw(T* p, Raw r) noexcept { _mm512_storeu_si512(p, r); }
+  static ROTARY_AVX512_INLINE void store_raw(T* p, PMask m, Raw r) noexcept { _mm512_mask_storeu_epi16(p, m, r); }
+  static ROTARY_AVX512_INLINE V even(Raw u) noexcept { return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(F32::all, u, 16)); }
+  static ROTARY_AVX512_INLINE V odd(Raw u) noexcept {
+    return _mm512_castsi512_ps(_mm512_and_si512(u, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+  }
+  static ROTARY_AVX512_INLINE Raw pack(V lo, V hi) noexcept {
+    return _mm512_or_si512(_mm512_maskz_srli_epi32(F32::all, BF16Convert::round_bits(lo), 16),
+                           _mm512_and_si512(BF16Convert::round_bits(hi),
+                                            _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+  }
+};
 
 #if ROTARY_AVX512_BF16_KERNELS
 #define ROTARY_AVX512_BF16_INLINE ROTARY_ALWAYS_INLINE ROTARY_TARGET_AVX512_BF16
@@ -192,6 +225,13 @@ struct BF16Hw : BF16 {
   }
   static ROTARY_AVX512_BF16_INLINE void store(T* p, Mask m, V v) noexcept {
     _mm256_mask_storeu_epi16(p, m, narrow(v));
+  }
+  // vcvtne2ps2bf16 (the same rounding as vcvtneps2bf16) gives [lo's 16 | hi's 16]; one vpermw
+  // interleaves them.
+  static ROTARY_AVX512_BF16_INLINE Raw pack(V lo, V hi) noexcept {
+    const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22,
+                                         6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    return _mm512_maskz_permutexvar_epi16(static_cast<PMask>(0xFFFFFFFFu), idx, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
   }
 };
 #undef ROTARY_AVX512_BF16_INLINE
