@@ -17,5 +17,7 @@
 #include "hf_config.hpp"   // IWYU pragma: export
 #include "scaling.hpp"     // IWYU pragma: export
 #include "rerotate.hpp"    // IWYU pragma: export
+#include "layouts.hpp"     // IWYU pragma: export
+#include "convert_weights.hpp" // IWYU pragma: export
 
 #endif  // ROTARY_ROTARY_HPP

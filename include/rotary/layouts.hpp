@@ -1,0 +1,624 @@
+// rotary — batched tensor layouts (BSHD, BHSD, SBHD, packed THD with cu_seqlens) and per-sequence
+// positions (start offsets, restart per sequence, per-token arrays, context-parallel chunks).
+//
+// Nothing here is a new kernel: every call is validated whole first, then reaches the same
+// strided / fused entry points as apply.hpp (one dispatch for the whole batch where the batch folds
+// into one token axis — BSHD/THD dense, SBHD or any layout with seq == 1 or batch == 1 — else one
+// dispatch per sequence). Every entry point takes a Direction (inverse = the backward pass: the
+// gradient with respect to the input is the inverse rotation of the output gradient) and an
+// optional ParallelFor.
+//
+//   apply_batch(rope, layout, x, shape, positions[, dir, parallel])            in place, dense
+//   apply_batch(rope, in_view, out_view, positions[, dir, parallel])            any strides
+//   apply_qk_batch(rope, layout, q, q_shape, k, k_heads, positions[, ...])     fused, GQA/MQA; k_heads 0: no key
+//   apply_qk_batch(rope, q_in, q_out, k_in, k_out, positions[, ...])            views, out of place
+//   apply_varlen(rope, x, layout, cu_seqlens, positions[, ...])                 packed THD
+//   apply_qk_varlen(rope, q, q_layout, k, k_layout, cu_seqlens, positions[, ...])
+//   token_positions(positions, lengths)   the per-token positions a call uses (for checks/tests)
+#ifndef ROTARY_LAYOUTS_HPP
+#define ROTARY_LAYOUTS_HPP
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "apply.hpp"
+#include "config.hpp"
+#include "positions.hpp"
+#include "types.hpp"
+
+namespace rotary {
+
+// Memory order of a 4-d activation tensor (outermost first; head_dim is innermost, stride 1).
+//   bshd: [batch, seq, heads, head_dim]   (HF / flash-attn q before transpose)
+//   bhsd: [batch, heads, seq, head_dim]   (HF after transpose(1, 2), SDPA)
+//   sbhd: [seq, batch, heads, head_dim]   (Megatron)
+//   thd:  [total_tokens, heads, head_dim] packed variable-length sequences (apply_varlen). As a
+//         dense batch of equal-length sequences it is laid out exactly as bshd.
+enum class Layout { bshd, bhsd, sbhd, thd };
+
+constexpr std::string_view to_string(Layout l) noexcept {
+  switch (l) {
+    case Layout::bshd: return "bshd";
+    case Layout::bhsd: return "bhsd";
+    case Layout::sbhd: return "sbhd";
+    default: return "thd";
+  }
+}
+
+struct BatchShape {
+  std::int64_t batch = 0;
+  std::int64_t seq = 0;  // tokens per sequence (a rank's local tokens under context parallelism)
+  std::int64_t heads = 0;
+  std::int64_t head_dim = 0;
+};
+
+// Element strides of the batch, sequence and head axes (head_dim has stride 1).
+struct BatchStrides {
+  std::ptrdiff_t batch = 0;
+  std::ptrdiff_t seq = 0;
+  std::ptrdiff_t head = 0;
+};
+
+// Strides of a dense (contiguous) tensor in `layout`.
+inline BatchStrides dense_strides(Layout layout, const BatchShape& s) noexcept {
+  const std::ptrdiff_t d = s.head_dim;
+  switch (layout) {
+    case Layout::bhsd: return {s.heads * s.seq * d, d, s.seq * d};
+    case Layout::sbhd: return {s.heads * d, s.batch * s.heads * d, d};
+    default: return {s.seq * s.heads * d, s.heads * d, d};  // bshd, thd
+  }
+}
+
+// Sequence b of a batch: element offset of its first row and its tokens x heads layout, for use
+// with apply_strided / apply_qk_strided directly.
+inline std::ptrdiff_t batch_offset(const BatchStrides& st, std::int64_t b) noexcept { return st.batch * b; }
+inline StridedLayout sequence_layout(const BatchShape& s, const BatchStrides& st) noexcept {
+  return StridedLayout{s.seq, s.heads, st.seq, st.head};
+}
+inline std::ptrdiff_t batch_offset(Layout layout, const BatchShape& s, std::int64_t b) noexcept {
+  return batch_offset(dense_strides(layout, s), b);
+}
+inline StridedLayout layout_of(Layout layout, const BatchShape& s) noexcept {
+  return sequence_layout(s, dense_strides(layout, s));
+}
+
+// A strided 4-d view: data, shape and strides. BatchView<T> converts to BatchView<const T>.
+template <class T>
+struct BatchView {
+  T* data = nullptr;
+  BatchShape shape;
+  BatchStrides strides;
+
+  BatchView() = default;
+  BatchView(T* d, const BatchShape& s, const BatchStrides& st) noexcept : data(d), shape(s), strides(st) {}
+  BatchView(T* d, Layout layout, const BatchShape& s) noexcept : data(d), shape(s), strides(dense_strides(layout, s)) {}
+  template <class U, class = std::enable_if_t<std::is_same_v<const U, T> && !std::is_same_v<U, T>>>
+  BatchView(const BatchView<U>& v) noexcept  // NOLINT(google-explicit-constructor)
+      : data(v.data), shape(v.shape), strides(v.strides) {}
+};
+
+// Offsets to cu_seqlens-style boundaries: batch + 1 non-decreasing values from 0 to total tokens.
+// A non-owning view of int32 or int64 values.
+class CuSeqlens {
+ public:
+  CuSeqlens(const std::int32_t* v, std::int64_t count) noexcept : p32_(v), count_(count) {}
+  CuSeqlens(const std::int64_t* v, std::int64_t count) noexcept : p64_(v), count_(count) {}
+  CuSeqlens(const std::vector<std::int32_t>& v) noexcept  // NOLINT(google-explicit-constructor)
+      : CuSeqlens(v.data(), static_cast<std::int64_t>(v.size())) {}
+  CuSeqlens(const std::vector<std::int64_t>& v) noexcept  // NOLINT(google-explicit-constructor)
+      : CuSeqlens(v.data(), static_cast<std::int64_t>(v.size())) {}
+  std::int64_t count() const noexcept { return count_; }
+  std::int64_t operator[](std::int64_t i) const noexcept { return p32_ != nullptr ? p32_[i] : p64_[i]; }
+
+ private:
+  const std::int32_t* p32_ = nullptr;
+  const std::int64_t* p64_ = nullptr;
+  std::int64_t count_ = 0;
+};
+
+// How context parallelism splits each full sequence of length L = ranks * local_len:
+//   contiguous:    rank r holds tokens [r*local_len, (r+1)*local_len)
+//   load_balanced: the sequence is cut into 2*ranks chunks of local_len/2 tokens; rank r holds
+//                  chunk r then chunk 2*ranks-1-r (the zigzag split of ring attention /
+//                  Megatron-CP, balancing causal-attention work). local_len must be even.
+enum class ContextSplit { contiguous, load_balanced };
+
+// Positions of the tokens of a batch of sequences. Token t (0-based within its sequence b, local
+// length len_b) gets:
+//   start(s):          s + t                           (one offset for every sequence)
+//   starts({s_b}):     s_b + t                         (one per sequence: decode with different past
+//                                                       lengths, or prefill after a cached prefix)
+//   restart():         t                               (packed sequences each start at 0)
+//   per_token(p):      p[token index in memory order of the batch: b*seq + t, or the packed index]
+//   context_parallel(split, rank, ranks[, starts]):
+//                      s_b + the position in the unsplit sequence of the rank's local token t
+class SequencePositions {
+ public:
+  enum class Kind { starts, per_token, context_parallel };
+
+  static SequencePositions restart() { return start(0); }
+  static SequencePositions start(std::int64_t s) {
+    SequencePositions p;
+    p.starts_ = {s};
+    return p;
+  }
+  static SequencePositions starts(std::vector<std::int64_t> s) {
+    SequencePositions p;
+    p.starts_ = std::move(s);
+    return p;
+  }
+  // The array must outlive the call.
+  static SequencePositions per_token(const Positions& positions) {
+    SequencePositions p;
+    p.kind_ = Kind::per_token;
+    p.tokens_ = positions;
+    return p;
+  }
+  static SequencePositions context_parallel(ContextSplit split, std::int64_t rank, std::int64_t ranks,
+                                            std::vector<std::int64_t> sequence_starts = {0}) {
+    SequencePositions p;
+    p.kind_ = Kind::context_parallel;
+    p.split_ = split;
+    p.rank_ = rank;
+    p.ranks_ = ranks;
+    p.starts_ = std::move(sequence_starts);
+    return p;
+  }
+
+  Kind kind() const noexcept { return kind_; }
+  const std::vector<std::int64_t>& start_offsets() const noexcept { return starts_; }
+  const Positions& token_array() const noexcept { return tokens_; }
+  ContextSplit split() const noexcept { return split_; }
+  std::int64_t rank() const noexcept { return rank_; }
+  std::int64_t ranks() const noexcept { return ranks_; }
+
+  // "" or what is wrong for sequences of these local lengths.
+  std::string check(const std::vector<std::int64_t>& lengths, std::int64_t total) const {
+    using detail::concat;
+    if (kind_ == Kind::per_token) {
+      if (tokens_.is_contiguous()) return {};
+      if (tokens_.count() != total)
+        return concat("per-token positions has ", tokens_.count(), " values for ", total, " tokens");
+      return {};
+    }
+    if (starts_.size() != 1 && starts_.size() != lengths.size())
+      return concat("sequence start offsets has ", starts_.size(), " values for ", lengths.size(),
+                    " sequences (give 1 or one per sequence)");
+    if (kind_ == Kind::context_parallel) {
+      if (ranks_ < 1) return concat("context-parallel ranks (", ranks_, ") must be >= 1");
+      if (rank_ < 0 || rank_ >= ranks_)
+        return concat("context-parallel rank (", rank_, ") must be in [0, ", ranks_, ")");
+      if (split_ == ContextSplit::load_balanced)
+        for (std::size_t b = 0; b < lengths.size(); ++b)
+          if (lengths[b] % 2 != 0)
+            return concat("load-balanced context parallelism: sequence ", b, " has ", lengths[b],
+                          " local tokens, which must be even (two chunks per rank)");
+    }
+    return {};
+  }
+
+  // Position of local token t of sequence b (length len), `index` its index in memory order.
+  std::int64_t operator()(std::size_t b, std::int64_t t, std::int64_t len, std::int64_t index) const noexcept {
+    if (kind_ == Kind::per_token) return tokens_[index];
+    const std::int64_t s = starts_.size() == 1 ? starts_[0] : starts_[b];
+    if (kind_ == Kind::starts) return s + t;
+    if (split_ == ContextSplit::contiguous) return s + rank_ * len + t;
+    const std::int64_t c = len / 2;
+    return t < c ? s + rank_ * c + t : s + (2 * ranks_ - 1 - rank_) * c + (t - c);
+  }
+
+ private:
+  SequencePositions() = default;
+  Kind kind_ = Kind::starts;
+  std::vector<std::int64_t> starts_{0};
+  Positions tokens_ = Positions::contiguous(0);
+  ContextSplit split_ = ContextSplit::contiguous;
+  std::int64_t rank_ = 0;
+  std::int64_t ranks_ = 1;
+};
+
+// The positions of every token (memory order: sequence after sequence) for sequences of these
+// local lengths. Throws rotary::error if `p` does not fit the lengths.
+inline std::vector<std::int64_t> token_positions(const SequencePositions& p, const std::vector<std::int64_t>& lengths) {
+  std::int64_t total = 0;
+  for (std::int64_t l : lengths) total += l;
+  const std::string m = p.check(lengths, total);
+  if (!m.empty()) throw error(m);
+  std::vector<std::int64_t> out(static_cast<std::size_t>(total));
+  std::int64_t i = 0;
+  for (std::size_t b = 0; b < lengths.size(); ++b)
+    for (std::int64_t t = 0; t < lengths[b]; ++t, ++i) out[static_cast<std::size_t>(i)] = p(b, t, lengths[b], i);
+  return out;
+}
+
+namespace detail {
+
+inline void report(bool checked, const std::string& m) {
+  if (checked) {
+    throw_if(m);
+  } else {
+    ROTARY_ASSERT(m.empty());
+  }
+}
+
+// "" or what is wrong with cu_seqlens for `total` packed tokens; fills lengths.
+inline std::string check_cu_seqlens(const CuSeqlens& cu, std::int64_t total, std::vector<std::int64_t>& lengths) {
+  if (cu.count() < 1) return concat("cu_seqlens has ", cu.count(), " values; it needs batch + 1 >= 1");
+  if (cu[0] != 0) return concat("cu_seqlens[0] (", cu[0], ") must be 0");
+  lengths.resize(static_cast<std::size_t>(cu.count() - 1));
+  for (std::int64_t i = 1; i < cu.count(); ++i) {
+    if (cu[i] < cu[i - 1])
+      return concat("cu_seqlens[", i, "] (", cu[i], ") < cu_seqlens[", i - 1, "] (", cu[i - 1],
+                    "): offsets must be non-decreasing");
+    lengths[static_cast<std::size_t>(i - 1)] = cu[i] - cu[i - 1];
+  }
+  if (cu[cu.count() - 1] != total)
+    return concat("cu_seqlens[", cu.count() - 1, "] (", cu[cu.count() - 1], ") != total tokens (", total, ")");
+  return {};
+}
+
+// Rows of a 4-d view are pairwise disjoint (sufficient condition: strides nest).
+inline bool batch_rows_disjoint(const BatchShape& s, const BatchStrides& st) noexcept {
+  std::array<std::pair<std::ptrdiff_t, std::int64_t>, 3> ax{
+      {{st.batch, s.batch}, {st.seq, s.seq}, {st.head, s.heads}}};
+  std::sort(ax.begin(), ax.end());
+  std::ptrdiff_t reach = s.head_dim;  // extent of one block of the inner axes
+  for (const auto& [stride, count] : ax) {
+    if (count <= 1) continue;
+    if (stride < reach) return false;
+    reach += stride * (count - 1);
+  }
+  return true;
+}
+
+template <class T>
+Extent batch_extent(const T* p, const BatchShape& s, const BatchStrides& st) noexcept {
+  if (s.batch == 0 || s.seq == 0 || s.heads == 0) return {};
+  const auto lo = reinterpret_cast<std::uintptr_t>(p);
+  const std::int64_t last = (s.batch - 1) * st.batch + (s.seq - 1) * st.seq + (s.heads - 1) * st.head + s.head_dim;
+  return {lo, lo + static_cast<std::uintptr_t>(last) * sizeof(T)};
+}
+
+template <class T>
+std::string check_batch_view(const char* name, const BatchView<T>& v, std::int64_t head_dim) {
+  const BatchShape& s = v.shape;
+  if (s.batch < 0 || s.seq < 0 || s.heads < 0)
+    return concat(name, " shape (batch ", s.batch, ", seq ", s.seq, ", heads ", s.heads, ") must be >= 0");
+  if (s.head_dim != head_dim) return concat(name, " head_dim (", s.head_dim, ") != rope head_dim (", head_dim, ")");
+  if (v.strides.batch < 0 || v.strides.seq < 0 || v.strides.head < 0)
+    return concat(name, " strides (batch ", v.strides.batch, ", seq ", v.strides.seq, ", head ", v.strides.head,
+                  ") must be >= 0");
+  if (!batch_rows_disjoint(s, v.strides))
+    return concat(name, " rows overlap: strides (batch ", v.strides.batch, ", seq ", v.strides.seq, ", head ",
+                  v.strides.head, "), head_dim ", s.head_dim);
+  return {};
+}
+
+template <class T>
+std::string check_in_out(const char* name, const BatchView<const T>& in, const BatchView<T>& out) {
+  const BatchShape& a = in.shape;
+  const BatchShape& b = out.shape;
+  if (a.batch != b.batch || a.seq != b.seq || a.heads != b.heads)
+    return concat(name, "shape mismatch: input is ", a.batch, " x ", a.seq, " x ", a.heads, ", output is ", b.batch,
+                  " x ", b.seq, " x ", b.heads, " (batch x seq x heads)");
+  const bool same = in.data == out.data && in.strides.batch == out.strides.batch &&
+                    in.strides.seq == out.strides.seq && in.strides.head == out.strides.head;
+  if (!same && overlap(batch_extent(in.data, a, in.strides), batch_extent(out.data, b, out.strides)))
+    return concat(name, "input and output overlap: give the same view (in place) or disjoint buffers");
+  return {};
+}
+
+// Rows of views a and b (same strides; e.g. q and k heads of one fused QKV buffer) are disjoint
+// when b's heads follow a's (or a's follow b's) inside every token: the union is one view whose
+// rows do not overlap. The kernels' own q/k check compares bounding extents only, so such q and k
+// are rotated by two single-tensor dispatches instead of one fused one (same bits).
+template <class A, class B>
+bool heads_interleave_disjointly(const BatchView<A>& a, const BatchView<B>& b) noexcept {
+  if (a.strides.batch != b.strides.batch || a.strides.seq != b.strides.seq || a.strides.head != b.strides.head ||
+      a.strides.head <= 0)
+    return false;
+  const auto pa = reinterpret_cast<std::uintptr_t>(a.data);
+  const auto pb = reinterpret_cast<std::uintptr_t>(b.data);
+  const bool a_first = pa <= pb;
+  const std::uintptr_t bytes = a_first ? pb - pa : pa - pb;
+  using E = std::remove_const_t<A>;
+  if (bytes % sizeof(E) != 0) return false;
+  const auto e = static_cast<std::ptrdiff_t>(bytes / sizeof(E));
+  if (e % a.strides.head != 0) return false;
+  const std::int64_t gap = e / a.strides.head;
+  const std::int64_t first_heads = a_first ? a.shape.heads : b.shape.heads;
+  if (gap < first_heads) return false;
+  BatchShape u = a.shape;
+  u.heads = gap + (a_first ? b.shape.heads : a.shape.heads);
+  return batch_rows_disjoint(u, a.strides);
+}
+
+template <class A, class B>
+bool rows_apart(const BatchView<A>& a, const BatchView<B>& b) noexcept {
+  return !overlap(batch_extent(a.data, a.shape, a.strides), batch_extent(b.data, b.shape, b.strides)) ||
+         heads_interleave_disjointly(a, b);
+}
+
+// One dispatch's worth: a q (and optional k) token range with its positions.
+template <class T>
+struct Piece {
+  const T* q_in;
+  T* q_out;
+  const T* k_in;
+  T* k_out;
+  std::int64_t tokens;
+  std::ptrdiff_t q_in_ts, q_out_ts, k_in_ts, k_out_ts;
+  Positions positions;
+};
+
+// The batch folds into one token axis of stride `ts` if every sequence follows the previous one.
+inline bool foldable(const BatchShape& s, const BatchStrides& st, std::ptrdiff_t& ts) noexcept {
+  if (s.batch <= 1) {
+    ts = st.seq;
+    return true;
+  }
+  if (s.seq == 1) {
+    ts = st.batch;
+    return true;
+  }
+  ts = st.seq;
+  return st.batch == s.seq * st.seq;
+}
+
+// The whole batched call: validate everything, then dispatch.
+template <class T>
+void batch_qk(bool checked, const Rope<T>& rope, const BatchView<const T>& q_in, const BatchView<T>& q_out,
+              const BatchView<const T>& k_in, const BatchView<T>& k_out, const SequencePositions& pos,
+              Direction dir, const ParallelFor& parallel) {
+  const bool has_k = k_in.shape.heads > 0;
+  std::string m = check_batch_view("q input", q_in, rope.head_dim());
+  if (m.empty()) m = check_batch_view("q output", q_out, rope.head_dim());
+  if (m.empty()) m = check_in_out("q ", q_in, q_out);
+  if (m.empty() && has_k) {
+    m = check_batch_view("k input", k_in, rope.head_dim());
+    if (m.empty()) m = check_batch_view("k output", k_out, rope.head_dim());
+    if (m.empty()) m = check_in_out("k ", k_in, k_out);
+    if (m.empty() && (k_in.shape.batch != q_in.shape.batch || k_in.shape.seq != q_in.shape.seq))
+      m = concat("q is ", q_in.shape.batch, " x ", q_in.shape.seq, " but k is ", k_in.shape.batch, " x ",
+                 k_in.shape.seq, " (batch x seq)");
+  }
+  const std::vector<std::int64_t> lengths(static_cast<std::size_t>(std::max<std::int64_t>(q_in.shape.batch, 0)),
+                                          q_in.shape.seq);
+  if (m.empty()) m = pos.check(lengths, q_in.shape.batch * q_in.shape.seq);
+  report(checked, m);
+  if (q_in.shape.batch == 0 || q_in.shape.seq == 0) return;
+
+  const BatchShape& s = q_in.shape;
+  std::ptrdiff_t qi = 0, qo = 0, ki = 0, ko = 0;
+  bool fold = foldable(s, q_in.strides, qi) && foldable(s, q_out.strides, qo);
+  if (has_k) fold = fold && foldable(s, k_in.strides, ki) && foldable(s, k_out.strides, ko);
+
+  // Positions: contiguous where possible, else expanded to int64 per token (memory order b*seq+t).
+  std::vector<std::int64_t> expanded;
+  const bool simple_starts = pos.kind() == SequencePositions::Kind::starts;
+  const bool passthrough = pos.kind() == SequencePositions::Kind::per_token && pos.token_array().is_contiguous();
+  if (!((simple_starts && s.batch == 1) || passthrough || (!fold && simple_starts)))
+    expanded = token_positions(pos, lengths);
+
+  std::vector<Piece<T>> pieces;
+  const auto piece = [&](std::int64_t b, std::int64_t tokens, Positions p) {
+    Piece<T> x{q_in.data + b * q_in.strides.batch, q_out.data + b * q_out.strides.batch, nullptr, nullptr,
+               tokens, 0, 0, 0, 0, p};
+    if (has_k) {
+      x.k_in = k_in.data + b * k_in.strides.batch;
+      x.k_out = k_out.data + b * k_out.strides.batch;
+    }
+    return x;
+  };
+  if (fold) {
+    Positions p = Positions::contiguous(0);
+    if (passthrough) {
+      p = Positions::contiguous(pos.token_array().start());
+    } else if (expanded.empty()) {
+      p = Positions::contiguous(pos(0, 0, s.seq, 0));
+    } else {
+      p = Positions(expanded);
+    }
+    Piece<T> x = piece(0, s.batch * s.seq, p);
+    x.q_in_ts = qi;
+    x.q_out_ts = qo;
+    x.k_in_ts = ki;
+    x.k_out_ts = ko;
+    pieces.push_back(x);
+  } else {
+    for (std::int64_t b = 0; b < s.batch; ++b) {
+      Positions p = Positions::contiguous(0);
+      if (passthrough) {
+        p = Positions::contiguous(pos.token_array().start() + b * s.seq);
+      } else if (expanded.empty()) {
+        p = Positions::contiguous(pos(static_cast<std::size_t>(b), 0, s.seq, b * s.seq));
+      } else {
+        p = Positions(expanded.data() + b * s.seq, s.seq);
+      }
+      Piece<T> x = piece(b, s.seq, p);
+      x.q_in_ts = q_in.strides.seq;
+      x.q_out_ts = q_out.strides.seq;
+      x.k_in_ts = k_in.strides.seq;
+      x.k_out_ts = k_out.strides.seq;
+      pieces.push_back(x);
+    }
+  }
+
+  // q and k inside one fused buffer (heads side by side): rotate them by separate dispatches.
+  const bool split_qk = has_k &&
+                        (overlap(batch_extent(q_out.data, q_out.shape, q_out.strides),
+                                 batch_extent(k_in.data, k_in.shape, k_in.strides)) ||
+                         overlap(batch_extent(q_out.data, q_out.shape, q_out.strides),
+                                 batch_extent(k_out.data, k_out.shape, k_out.strides)) ||
+                         overlap(batch_extent(k_out.data, k_out.shape, k_out.strides),
+                                 batch_extent(q_in.data, q_in.shape, q_in.strides))) &&
+                        rows_apart(q_out, k_in) && rows_apart(q_out, k_out) && rows_apart(k_out, q_in);
+
+  std::vector<KernelArgs<T>> calls;
+  calls.reserve(2 * pieces.size());
+  for (const Piece<T>& x : pieces) {
+    StreamArgs<T> q = make_stream(x.q_in, StridedLayout{x.tokens, s.heads, x.q_in_ts, q_in.strides.head}, x.q_out,
+                                  StridedLayout{x.tokens, s.heads, x.q_out_ts, q_out.strides.head});
+    StreamArgs<T> k;
+    if (has_k)
+      k = make_stream(x.k_in, StridedLayout{x.tokens, k_in.shape.heads, x.k_in_ts, k_in.strides.head}, x.k_out,
+                      StridedLayout{x.tokens, k_in.shape.heads, x.k_out_ts, k_out.strides.head});
+    if (split_qk) {
+      calls.push_back(make_args(rope, q, StreamArgs<T>{}, x.tokens, x.positions, dir));
+      calls.push_back(make_args(rope, k, StreamArgs<T>{}, x.tokens, x.positions, dir));
+    } else {
+      calls.push_back(make_args(rope, q, k, x.tokens, x.positions, dir));
+    }
+    for (std::size_t c = calls.size() - (split_qk ? 2 : 1); c < calls.size(); ++c) {
+      std::string e = check_call(calls[c]);
+      if (!e.empty() && split_qk) e = concat(c % 2 == 0 ? "q " : "k ", e);
+      if (!e.empty() && pieces.size() > 1) e = concat("sequence ", &x - pieces.data(), ": ", e);
+      report(checked, e);
+    }
+  }
+  for (const KernelArgs<T>& a : calls) run(a, parallel);
+}
+
+// Packed THD: tokens x heads views; every sequence is a token range, so one dispatch.
+template <class T>
+void varlen_qk(bool checked, const Rope<T>& rope, const T* q_in, const StridedLayout& qil, T* q_out,
+               const StridedLayout& qol, const T* k_in, const StridedLayout& kil, T* k_out, const StridedLayout& kol,
+               const CuSeqlens& cu, const SequencePositions& pos, Direction dir, const ParallelFor& parallel) {
+  std::vector<std::int64_t> lengths;
+  std::string m = check_cu_seqlens(cu, qil.tokens, lengths);
+  if (m.empty()) m = pos.check(lengths, qil.tokens);
+  report(checked, m);
+  std::vector<std::int64_t> expanded;
+  Positions p = Positions::contiguous(0);
+  if (pos.kind() == SequencePositions::Kind::per_token) {
+    p = pos.token_array();
+  } else {
+    expanded = token_positions(pos, lengths);
+    p = Positions(expanded);
+  }
+  strided_qk<T>(checked, rope, q_in, qil, q_out, qol, k_in, kil, k_out, kol, p, dir, parallel);
+}
+
+}  // namespace detail
+
+// ---- batched 4-d tensors ----------------------------------------------------------------------
+
+// Out of place (or in place when out is the same view as in), any strides with inner stride 1.
+template <class T>
+void apply_batch(const Rope<T>& rope, const BatchView<const detail::identity_t<T>>& in,
+                 const BatchView<detail::identity_t<T>>& out, const SequencePositions& positions,
+                 Direction dir = Direction::forward, const ParallelFor& parallel = {}) {
+  detail::batch_qk<T>(true, rope, in, out, {}, {}, positions, dir, parallel);
+}
+
+template <class T>
+void apply_batch(const Rope<T>& rope, const BatchView<detail::identity_t<T>>& x, const SequencePositions& positions,
+                 Direction dir = Direction::forward, const ParallelFor& parallel = {}) {
+  detail::batch_qk<T>(true, rope, x, x, {}, {}, positions, dir, parallel);
+}
+
+// In place on a dense tensor of `layout` (bshd, bhsd, sbhd; thd = bshd for equal lengths).
+template <class T>
+void apply_batch(const Rope<T>& rope, Layout layout, detail::identity_t<T>* x, const BatchShape& shape,
+                 const SequencePositions& positions, Direction dir = Direction::forward,
+                 const ParallelFor& parallel = {}) {
+  const BatchView<T> v(x, layout, shape);
+  detail::batch_qk<T>(true, rope, v, v, {}, {}, positions, dir, parallel);
+}
+
+template <class T>
+void apply_batch_unchecked(const Rope<T>& rope, const BatchView<const detail::identity_t<T>>& in,
+                           const BatchView<detail::identity_t<T>>& out, const SequencePositions& positions,
+                           Direction dir = Direction::forward, const ParallelFor& parallel = {}) {
+  detail::batch_qk<T>(false, rope, in, out, {}, {}, positions, dir, parallel);
+}
+
+// Fused q+k: q and k share batch and seq, each with its own heads (GQA/MQA). k_in.shape.heads == 0:
+// no key.
+template <class T>
+void apply_qk_batch(const Rope<T>& rope, const BatchView<const detail::identity_t<T>>& q_in,
+                    const BatchView<detail::identity_t<T>>& q_out, const BatchView<const detail::identity_t<T>>& k_in,
+                    const BatchView<detail::identity_t<T>>& k_out, const SequencePositions& positions,
+                    Direction dir = Direction::forward, const ParallelFor& parallel = {}) {
+  detail::batch_qk<T>(true, rope, q_in, q_out, k_in, k_out, positions, dir, parallel);
+}
+
+template <class T>
+void apply_qk_batch(const Rope<T>& rope, const BatchView<detail::identity_t<T>>& q,
+                    const BatchView<detail::identity_t<T>>& k, const SequencePositions& positions,
+                    Direction dir = Direction::forward, const ParallelFor& parallel = {}) {
+  detail::batch_qk<T>(true, rope, q, q, k, k, positions, dir, parallel);
+}
+
+// Dense q (q_shape) and k (same batch, seq, head_dim; k_heads heads; 0 = no key, k ignored), in place.
+template <class T>
+void apply_qk_batch(const Rope<T>& rope, Layout layout, detail::identity_t<T>* q, const BatchShape& q_shape,
+                    detail::identity_t<T>* k, std::int64_t k_heads, const SequencePositions& positions,
+                    Direction dir = Direction::forward, const ParallelFor& parallel = {}) {
+  const BatchView<T> qv(q, layout, q_shape);
+  BatchView<T> kv;
+  if (k_heads != 0) kv = BatchView<T>(k, layout, BatchShape{q_shape.batch, q_shape.seq, k_heads, q_shape.head_dim});
+  detail::batch_qk<T>(true, rope, qv, qv, kv, kv, positions, dir, parallel);
+}
+
+template <class T>
+void apply_qk_batch_unchecked(const Rope<T>& rope, const BatchView<const detail::identity_t<T>>& q_in,
+                              const BatchView<detail::identity_t<T>>& q_out,
+                              const BatchView<const detail::identity_t<T>>& k_in,
+                              const BatchView<detail::identity_t<T>>& k_out, const SequencePositions& positions,
+                              Direction dir = Direction::forward, const ParallelFor& parallel = {}) {
+  detail::batch_qk<T>(false, rope, q_in, q_out, k_in, k_out, positions, dir, parallel);
+}
+
+// ---- packed variable-length sequences (THD) ---------------------------------------------------
+
+// x: total_tokens x heads rows (layout.tokens = cu_seqlens[batch]); sequence b is tokens
+// [cu_seqlens[b], cu_seqlens[b+1]). Empty sequences are allowed.
+template <class T>
+void apply_varlen(const Rope<T>& rope, const detail::identity_t<T>* in, const StridedLayout& in_layout,
+                  detail::identity_t<T>* out, const StridedLayout& out_layout, const CuSeqlens& cu_seqlens,
+                  const SequencePositions& positions, Direction dir = Direction::forward,
+                  const ParallelFor& parallel = {}) {
+  detail::varlen_qk<T>(true, rope, in, in_layout, out, out_layout, nullptr, StridedLayout{}, nullptr,
+                       StridedLayout{}, cu_seqlens, positions, dir, parallel);
+}
+
+template <class T>
+void apply_varlen(const Rope<T>& rope, detail::identity_t<T>* x, const StridedLayout& layout,
+                  const CuSeqlens& cu_seqlens, const SequencePositions& positions,
+                  Direction dir = Direction::forward, const ParallelFor& parallel = {}) {
+  detail::varlen_qk<T>(true, rope, x, layout, x, layout, nullptr, StridedLayout{}, nullptr, StridedLayout{},
+                       cu_seqlens, positions, dir, parallel);
+}
+
+// Fused q+k; k_layout.heads == 0: no key.
+template <class T>
+void apply_qk_varlen(const Rope<T>& rope, const detail::identity_t<T>* q_in, const StridedLayout& q_in_layout,
+                     detail::identity_t<T>* q_out, const StridedLayout& q_out_layout,
+                     const detail::identity_t<T>* k_in, const StridedLayout& k_in_layout,
+                     detail::identity_t<T>* k_out, const StridedLayout& k_out_layout, const CuSeqlens& cu_seqlens,
+                     const SequencePositions& positions, Direction dir = Direction::forward,
+                     const ParallelFor& parallel = {}) {
+  detail::varlen_qk<T>(true, rope, q_in, q_in_layout, q_out, q_out_layout, k_in, k_in_layout, k_out, k_out_layout,
+                       cu_seqlens, positions, dir, parallel);
+}
+
+template <class T>
+void apply_qk_varlen(const Rope<T>& rope, detail::identity_t<T>* q, const StridedLayout& q_layout,
+                     detail::identity_t<T>* k, const StridedLayout& k_layout, const CuSeqlens& cu_seqlens,
+                     const SequencePositions& positions, Direction dir = Direction::forward,
+                     const ParallelFor& parallel = {}) {
+  detail::varlen_qk<T>(true, rope, q, q_layout, q, q_layout, k, k_layout, k, k_layout, cu_seqlens, positions, dir,
+                       parallel);
+}
+
+}  // namespace rotary
+
+#endif  // ROTARY_LAYOUTS_HPP
