@@ -26,6 +26,12 @@
 //   memcpy       one memcpy over both blocks: exactly the bytes the other two read and write
 // No other impl is registered at heads:40 (a plain 512 x 8 x 128 shape covers the key heads alone).
 //
+// A second family adds batch layouts (bshd, bhsd, sbhd, packed thd, slices of a fused qkv buffer),
+// fused q+k through those entry points, and a thread count:
+//   apply/<pairing>/<dtype>/<impl>/<layout>/tokens:<T>/heads:<H>/head_dim:<D>/threads:<N>
+// with a memcpy of the same bytes on the same number of threads as the baseline (see "layouts,
+// fused q+k and threads" below).
+//
 // After Google Benchmark's own report, a summary prints GB/s and the ratio to the memcpy of the
 // same pairing, dtype and shape measured in the same run (the median when
 // --benchmark_repetitions > 1), then evaluates the issue's performance targets on those numbers
@@ -46,7 +52,10 @@
 
 #include <Eigen/Core>
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -57,10 +66,12 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -557,6 +568,8 @@ struct CaseInfo {
   std::string impl;
   Shape shape;
   std::size_t element_bytes;
+  std::string layout;  // batch cases only ("" for the apply/ table)
+  int threads;         // batch cases only (0 for the apply/ table)
 };
 
 std::map<std::string, CaseInfo>& registered() {
@@ -652,8 +665,391 @@ void register_dtype(const char* dtype) {
               ->Args({shape.tokens, shape.heads, shape.head_dim})
               ->ArgNames({"tokens", "heads", "head_dim"})
               ->Unit(benchmark::kMicrosecond);
-          registered()[name + "/" + shape_args(shape)] = CaseInfo{pairing_name, dtype, impl.name, shape, sizeof(T)};
+          registered()[name + "/" + shape_args(shape)] =
+              CaseInfo{pairing_name, dtype, impl.name, shape, sizeof(T), std::string(), 0};
         }
+      }
+    }
+  }
+}
+
+// ---- layouts, fused q+k and threads ---------------------------------------------------------
+//
+// A second family of cases, named
+//   apply/<pairing>/<dtype>/<impl>/<layout>/tokens:<T>/heads:<H>/head_dim:<D>/threads:<N>
+// (the layout is the extra path part after the impl; threads:N is the thread count). heads:40 is
+// again 32 query + 8 key heads per token; heads:32 a single tensor.
+//   layout  flat  memcpy only: the q and k bytes (one buffer) copied by N threads, each a slice
+//           rows  q and k as separate [tokens*heads, head_dim] arrays: rotary::apply_qk (fused
+//                 shapes) or rotary::apply (single tensor), contiguous positions from 0
+//           bshd, bhsd, sbhd  a batch of 4 sequences of tokens/4, per-sequence start offsets
+//                 {0, 1000, 17, 3000}: rotary::apply_qk_batch with the layout's dense strides
+//           thd   4 packed sequences of unequal lengths (cu_seqlens), positions restarting at 0 in
+//                 each: rotary::apply_qk_varlen
+//           qkv   bshd where q and k are slices of one fused QKV projection output
+//                 [batch, seq, 32 + 2*8 heads, head_dim] (v untouched; out of place into another
+//                 such buffer): rotary::apply_qk_batch on the strided views
+// Threads: a persistent pool of N-1 workers plus the caller, passed as the rotary::ParallelFor
+// (rotary starts no threads); idle workers sleep. threads:1 passes no ParallelFor at all and is
+// timed, like the apply/ cases, by the CPU time of the calling thread; threads:N > 1 by wall time
+// (Google Benchmark's UseRealTime, which appends /real_time to the names it prints), so a worker
+// descheduled by another process shows as lost throughput instead of hiding behind the caller's
+// CPU time. On a loaded machine the threaded ratios are meaningless: run them on a quiet one. Every impl's ratio is to the flat memcpy of the same dtype, shape and thread
+// count in this run.
+
+// A fixed set of workers; run(body) calls body(i) for i in [0, size()) concurrently, i = 0 on the
+// caller, and returns when all have returned.
+class Pool {
+ public:
+  explicit Pool(int threads) : size_(threads) {
+    for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i] { work(i); });
+  }
+  ~Pool() {
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      stop_.store(true);
+    }
+    wake_.notify_all();
+    for (std::thread& t : workers_) t.join();
+  }
+  Pool(const Pool&) = delete;
+  Pool& operator=(const Pool&) = delete;
+
+  int size() const { return size_; }
+
+  void run(const std::function<void(int)>& body) {
+    job_ = &body;
+    pending_.store(size_ - 1, std::memory_order_relaxed);
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      generation_.fetch_add(1, std::memory_order_release);
+    }
+    wake_.notify_all();
+    body(0);
+    while (pending_.load(std::memory_order_acquire) != 0) relax();
+  }
+
+  // The pool as the hook rotary's entry points take: [0, n) in size() nearly equal ranges.
+  rotary::ParallelFor parallel_for() {
+    return [this](std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& body) {
+      const std::int64_t parts = size_;
+      run([n, parts, &body](int i) {
+        const std::int64_t begin = rotary::split_bound(n, parts, i);
+        const std::int64_t end = rotary::split_bound(n, parts, i + 1);
+        if (begin < end) body(begin, end);
+      });
+    };
+  }
+
+ private:
+  static void relax() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield");
+#endif
+  }
+
+  // Spins on the generation for a while after each job (back-to-back benchmark iterations), then
+  // sleeps (so a pool left idle costs the single-thread cases nothing).
+  void work(int id) {
+    std::uint64_t seen = 0;
+    for (;;) {
+      const auto spin_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(5);
+      std::uint64_t g = generation_.load(std::memory_order_acquire);
+      while (g == seen && !stop_.load() && std::chrono::steady_clock::now() < spin_until) {
+        for (int i = 0; i < 64; ++i) relax();
+        g = generation_.load(std::memory_order_acquire);
+      }
+      if (g == seen) {
+        std::unique_lock<std::mutex> lock(mutex_);
+        wake_.wait(lock, [&] { return stop_.load() || generation_.load() != seen; });
+        g = generation_.load(std::memory_order_acquire);
+      }
+      if (stop_.load()) return;
+      seen = g;
+      (*job_)(id);
+      pending_.fetch_sub(1, std::memory_order_acq_rel);
+    }
+  }
+
+  int size_;
+  std::vector<std::thread> workers_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::atomic<std::uint64_t> generation_{0};
+  std::atomic<int> pending_{0};
+  std::atomic<bool> stop_{false};
+  const std::function<void(int)>* job_ = nullptr;
+};
+
+Pool* pool_for(int threads) {
+  static std::map<int, std::unique_ptr<Pool>> pools;
+  if (threads <= 1) return nullptr;
+  auto& slot = pools[threads];
+  if (!slot) slot = std::make_unique<Pool>(threads);
+  return slot.get();
+}
+
+enum class BatchLayout { flat, rows, bshd, bhsd, sbhd, thd, qkv };
+
+constexpr const char* to_string(BatchLayout l) {
+  switch (l) {
+    case BatchLayout::flat: return "flat";
+    case BatchLayout::rows: return "rows";
+    case BatchLayout::bshd: return "bshd";
+    case BatchLayout::bhsd: return "bhsd";
+    case BatchLayout::sbhd: return "sbhd";
+    case BatchLayout::thd: return "thd";
+    case BatchLayout::qkv: return "qkv";
+  }
+  return "?";
+}
+
+struct BatchCase {
+  BatchLayout layout;
+  Shape shape;  // tokens = batch * seq (4 sequences); fused when kv_heads > 0
+  int threads;
+};
+
+constexpr std::int64_t kBatch = 4;
+const std::vector<std::int64_t> kBatchStarts = {0, 1000, 17, 3000};
+
+// The packed (thd) sequences: 4 unequal lengths summing to tokens.
+std::vector<std::int64_t> packed_cu_seqlens(std::int64_t tokens) {
+  const std::int64_t a = tokens * 3 / 16;
+  const std::int64_t b = tokens * 7 / 16;
+  const std::int64_t c = tokens * 1 / 16;
+  return {0, a, a + b, a + b + c, tokens};
+}
+
+// Elements one call reads (and, out of place, writes): the q and k rows.
+std::int64_t rotated_elements(const Shape& s) { return s.elements(); }
+
+// Elements the input buffer must hold (the qkv layout also holds v).
+std::int64_t buffer_elements(const BatchCase& c) {
+  const Shape& s = c.shape;
+  return c.layout == BatchLayout::qkv ? s.tokens * (s.heads + s.kv_heads) * s.head_dim : s.elements();
+}
+
+// One call of `c` (out of place, in -> out), with `parallel` (empty: one thread).
+template <class T>
+Runner prepare_batch(const BatchCase& c, const rotary::Rope<T>& rope, const T* in, T* out) {
+  const Shape s = c.shape;
+  const std::int64_t d = s.head_dim;
+  Pool* pool = pool_for(c.threads);
+  const rotary::ParallelFor parallel = pool != nullptr ? pool->parallel_for() : rotary::ParallelFor();
+  constexpr rotary::Direction fwd = rotary::Direction::forward;
+  const rotary::Rope<T>* r = &rope;
+  if (c.layout == BatchLayout::flat) {
+    const auto bytes = static_cast<std::size_t>(rotated_elements(s)) * sizeof(T);
+    if (pool == nullptr)
+      return [in, out, bytes] { std::memcpy(static_cast<void*>(out), static_cast<const void*>(in), bytes); };
+    return [pool, in, out, bytes] {
+      const auto parts = static_cast<std::size_t>(pool->size());
+      pool->run([=](int i) {
+        const auto u = static_cast<std::size_t>(i);
+        const std::size_t lo = bytes / parts * u / 64 * 64;  // cache-line aligned slices
+        const std::size_t hi = u + 1 == parts ? bytes : bytes / parts * (u + 1) / 64 * 64;
+        std::memcpy(reinterpret_cast<unsigned char*>(out) + lo, reinterpret_cast<const unsigned char*>(in) + lo,
+                    hi - lo);
+      });
+    };
+  }
+  const std::int64_t qh = s.q_heads();
+  const std::int64_t kh = s.kv_heads;
+  const T* k_in = in + s.tokens * qh * d;
+  T* k_out = out + s.tokens * qh * d;
+  if (c.layout == BatchLayout::rows) {
+    if (kh == 0)
+      return [r, in, out, s, parallel] {
+        Eigen::Map<const rotary::RowMatrix<T>> x(in, s.tokens * s.heads, s.head_dim);
+        Eigen::Map<rotary::RowMatrix<T>> y(out, s.tokens * s.heads, s.head_dim);
+        rotary::apply(*r, x, y, rotary::Positions::contiguous(0), s.heads, fwd, parallel);
+      };
+    return [r, in, out, k_in, k_out, s, qh, kh, parallel] {
+      Eigen::Map<const rotary::RowMatrix<T>> q_i(in, s.tokens * qh, s.head_dim);
+      Eigen::Map<rotary::RowMatrix<T>> q_o(out, s.tokens * qh, s.head_dim);
+      Eigen::Map<const rotary::RowMatrix<T>> k_i(k_in, s.tokens * kh, s.head_dim);
+      Eigen::Map<rotary::RowMatrix<T>> k_o(k_out, s.tokens * kh, s.head_dim);
+      rotary::apply_qk(*r, q_i, q_o, k_i, k_o, rotary::Positions::contiguous(0), qh, kh, fwd, parallel);
+    };
+  }
+  if (c.layout == BatchLayout::thd) {
+    auto cu = std::make_shared<std::vector<std::int64_t>>(packed_cu_seqlens(s.tokens));
+    const rotary::StridedLayout ql = contiguous_layout(s.tokens, qh, d);
+    const rotary::StridedLayout kl = contiguous_layout(s.tokens, kh, d);
+    return [r, in, out, k_in, k_out, ql, kl, cu, parallel] {
+      rotary::apply_qk_varlen(*r, in, ql, out, ql, k_in, kl, k_out, kl, rotary::CuSeqlens(*cu),
+                              rotary::SequencePositions::restart(), fwd, parallel);
+    };
+  }
+  using rotary::BatchView;
+  const rotary::BatchShape q_shape{kBatch, s.tokens / kBatch, qh, d};
+  const rotary::BatchShape k_shape{kBatch, s.tokens / kBatch, kh, d};
+  BatchView<const T> qi, ki;
+  BatchView<T> qo, ko;
+  if (c.layout == BatchLayout::qkv) {
+    const std::int64_t all = qh + 2 * kh;
+    const rotary::BatchStrides st{q_shape.seq * all * d, all * d, d};
+    qi = BatchView<const T>(in, q_shape, st);
+    qo = BatchView<T>(out, q_shape, st);
+    ki = BatchView<const T>(in + qh * d, k_shape, st);
+    ko = BatchView<T>(out + qh * d, k_shape, st);
+  } else {
+    const rotary::Layout l = c.layout == BatchLayout::bshd   ? rotary::Layout::bshd
+                             : c.layout == BatchLayout::bhsd ? rotary::Layout::bhsd
+                                                             : rotary::Layout::sbhd;
+    qi = BatchView<const T>(in, l, q_shape);
+    qo = BatchView<T>(out, l, q_shape);
+    ki = BatchView<const T>(k_in, l, k_shape);
+    ko = BatchView<T>(k_out, l, k_shape);
+  }
+  auto positions = std::make_shared<rotary::SequencePositions>(rotary::SequencePositions::starts(kBatchStarts));
+  return [r, qi, qo, ki, ko, positions, parallel] {
+    rotary::apply_qk_batch(*r, qi, qo, ki, ko, *positions, fwd, parallel);
+  };
+}
+
+// The batch cases: fused GQA prefill in every layout at 1 and 2 threads, and the single-tensor
+// DRAM shape (8192 tokens) at 1 and 2 threads.
+std::vector<BatchCase> batch_cases() {
+  std::vector<BatchCase> v;
+  const Shape gqa{512, 40, 128, 8};
+  const Shape dram{8192, 32, 128, 0};
+  for (const int threads : {1, 2}) {
+    for (const BatchLayout l : {BatchLayout::flat, BatchLayout::rows, BatchLayout::bshd, BatchLayout::bhsd,
+                                BatchLayout::sbhd, BatchLayout::thd, BatchLayout::qkv})
+      v.push_back({l, gqa, threads});
+    v.push_back({BatchLayout::flat, dram, threads});
+    v.push_back({BatchLayout::rows, dram, threads});
+  }
+  return v;
+}
+
+std::string batch_impl_name(const BatchCase& c) {
+  if (c.layout == BatchLayout::flat) return "memcpy";
+  return c.shape.fused() ? "dispatch_qk" : "dispatch";
+}
+
+// Startup check: every layout's threaded call gives the single-thread call's bits, every
+// single-thread layout call matches the per-sequence rotary::apply_qk_strided calls it stands for,
+// and flat copies. On a small shape (64 tokens, 5 + 2 heads) per dtype and pairing.
+template <class T>
+void check_batch(const char* dtype) {
+  for (const Pairing pairing : kPairings) {
+    const rotary::Rope<T> rope(rotary::RotarySpec(128, pairing), max_tokens());
+    for (const BatchLayout l : {BatchLayout::flat, BatchLayout::rows, BatchLayout::bshd, BatchLayout::bhsd,
+                                BatchLayout::sbhd, BatchLayout::thd, BatchLayout::qkv}) {
+      const BatchCase one{l, Shape{64, 7, 128, 2}, 1};
+      const BatchCase two{l, one.shape, 2};
+      const auto n = static_cast<std::size_t>(buffer_elements(one));
+      rotary::detail::AlignedVector<T> in(n);
+      rotary::detail::AlignedVector<T> want(n, T(0));
+      rotary::detail::AlignedVector<T> got(n, T(0));
+      fill_random(in.data(), n, 11u);
+      prepare_batch<T>(one, rope, in.data(), want.data())();
+      prepare_batch<T>(two, rope, in.data(), got.data())();
+      if (std::memcmp(want.data(), got.data(), n * sizeof(T)) != 0)
+        fail(std::string(to_string(l)) + "/" + dtype + ": 2 threads differ from 1 thread");
+      if (l == BatchLayout::flat) {
+        if (std::memcmp(want.data(), in.data(), static_cast<std::size_t>(rotated_elements(one.shape)) * sizeof(T)) != 0)
+          fail(std::string("flat/") + dtype + ": memcpy is not a copy");
+        continue;
+      }
+      // Reference: each sequence's q and k rows by apply_qk_strided with that sequence's positions.
+      const Shape& s = one.shape;
+      const std::int64_t d = s.head_dim, qh = s.q_heads(), kh = s.kv_heads;
+      rotary::detail::AlignedVector<T> ref(n, T(0));
+      const std::vector<std::int64_t> cu = l == BatchLayout::thd ? packed_cu_seqlens(s.tokens)
+                                           : l == BatchLayout::rows ? std::vector<std::int64_t>{0, s.tokens}
+                                                                     : std::vector<std::int64_t>{0, 16, 32, 48, 64};
+      for (std::size_t b = 0; b + 1 < cu.size(); ++b) {
+        const std::int64_t len = cu[b + 1] - cu[b];
+        const std::int64_t start = l == BatchLayout::rows || l == BatchLayout::thd ? 0 : kBatchStarts[b];
+        std::ptrdiff_t q_off = 0, k_off = 0, ts = 0, hs = d, kts = 0;
+        const std::int64_t bi = static_cast<std::int64_t>(b);
+        switch (l) {
+          case BatchLayout::rows:
+          case BatchLayout::thd:
+          case BatchLayout::bshd:
+            q_off = cu[b] * qh * d, k_off = s.tokens * qh * d + cu[b] * kh * d, ts = qh * d, kts = kh * d;
+            break;
+          case BatchLayout::bhsd:
+            q_off = bi * qh * len * d, k_off = s.tokens * qh * d + bi * kh * len * d, ts = d, kts = d, hs = len * d;
+            break;
+          case BatchLayout::sbhd:
+            q_off = bi * qh * d, k_off = s.tokens * qh * d + bi * kh * d, ts = kBatch * qh * d, kts = kBatch * kh * d;
+            break;
+          case BatchLayout::qkv:
+            q_off = cu[b] * (qh + 2 * kh) * d, k_off = q_off + qh * d, ts = kts = (qh + 2 * kh) * d;
+            break;
+          case BatchLayout::flat:
+            break;
+        }
+        const rotary::StridedLayout ql{len, qh, ts, hs};
+        const rotary::StridedLayout kl{len, kh, kts, hs};
+        rotary::apply_qk_strided(rope, in.data() + q_off, ql, ref.data() + q_off, ql, in.data() + k_off, kl,
+                                 ref.data() + k_off, kl, rotary::Positions::contiguous(start));
+      }
+      if (std::memcmp(want.data(), ref.data(), n * sizeof(T)) != 0)
+        fail(std::string(to_string(l)) + "/" + dtype + "/" + std::string(rotary::to_string(pairing)) +
+             ": differs from per-sequence apply_qk_strided");
+    }
+  }
+}
+
+template <class T>
+void run_batch_case(benchmark::State& state, int id, BatchCase c, Pairing pairing) {
+  Buffers<T>& buf = buffers<T>();
+  PreparedSlot& slot = prepared_slot();
+  if (slot.id != id) {
+    slot.run = nullptr;
+    slot.id = -1;
+    if (!buf.prepare(static_cast<std::size_t>(buffer_elements(c)))) {
+      state.SkipWithError("shape larger than the buffers (max_elements)");
+      return;
+    }
+    slot.run = prepare_batch<T>(c, rope_for<T>(pairing, c.shape.head_dim), buf.in(), buf.out());
+    slot.id = id;
+  }
+  const Runner& run = slot.run;
+  for (auto _ : state) {
+    run();
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * 2 * rotated_elements(c.shape) *
+                          static_cast<std::int64_t>(sizeof(T)));
+}
+
+std::string batch_key(const std::string& name, const Shape& s, int threads) {
+  return name + "/" + shape_args(s) + "/threads:" + std::to_string(threads);
+}
+
+// f32 cases feed the targets: with --rotary_key_repetitions=N they run in N interleaved rounds
+// (memcpy and the layouts of one shape and thread count side by side), like the key cases above.
+template <class T>
+void register_batch(const char* dtype) {
+  check_batch<T>(dtype);
+  static int next_id = 1 << 20;  // apart from register_dtype's ids
+  const int rounds = std::is_same_v<T, float> ? key_repetitions() : 1;
+  for (const Pairing pairing : kPairings) {
+    const std::string pairing_name(rotary::to_string(pairing));
+    for (int round = 0; round < rounds; ++round) {
+      for (const BatchCase& c : batch_cases()) {
+        const std::string impl = batch_impl_name(c);
+        const std::string name = "apply/" + pairing_name + "/" + dtype + "/" + impl + "/" + to_string(c.layout);
+        const int id = next_id++;
+        auto* b = benchmark::RegisterBenchmark(name.c_str(),
+                                               [id, c, pairing](benchmark::State& state) {
+                                                 run_batch_case<T>(state, id, c, pairing);
+                                               })
+                      ->Args({c.shape.tokens, c.shape.heads, c.shape.head_dim, c.threads})
+                      ->ArgNames({"tokens", "heads", "head_dim", "threads"})
+                      ->Unit(benchmark::kMicrosecond);
+        if (c.threads > 1) b->UseRealTime();
+        registered()[batch_key(name, c.shape, c.threads)] =
+            CaseInfo{pairing_name, dtype, impl, c.shape, sizeof(T), to_string(c.layout), c.threads};
       }
     }
   }
@@ -663,12 +1059,13 @@ void register_dtype(const char* dtype) {
 struct Dtype {
   const char* name;
   void (*register_all)(const char* name);
+  void (*register_batch)(const char* name);
 };
 
 constexpr Dtype kDtypes[] = {
-    {"f32", &register_dtype<float>},
-    {"f16", &register_dtype<rotary::f16>},
-    {"bf16", &register_dtype<rotary::bf16>},
+    {"f32", &register_dtype<float>, &register_batch<float>},
+    {"f16", &register_dtype<rotary::f16>, &register_batch<rotary::f16>},
+    {"bf16", &register_dtype<rotary::bf16>, &register_batch<rotary::bf16>},
 };
 
 // ---- summary --------------------------------------------------------------------------------
@@ -845,17 +1242,26 @@ std::string machine_description(const benchmark::CPUInfo* cpu) {
 // The measured bytes/s of each case by (pairing, dtype, impl, shape); < 0 where it did not run.
 class Measurements {
  public:
-  void add(const CaseInfo& c, double bps) { bps_[key(c.pairing, c.dtype, c.impl, c.shape)] = bps; }
+  void add(const CaseInfo& c, double bps) {
+    bps_[key(c.pairing, c.dtype, c.impl, c.shape, c.layout, c.threads)] = bps;
+  }
   double get(const std::string& pairing, const std::string& dtype, const std::string& impl,
              const Shape& s) const {
-    const auto it = bps_.find(key(pairing, dtype, impl, s));
-    return it == bps_.end() ? -1 : it->second;
+    return find(key(pairing, dtype, impl, s, std::string(), 0));
+  }
+  double get_batch(const std::string& pairing, const std::string& dtype, const std::string& impl,
+                   const std::string& layout, const Shape& s, int threads) const {
+    return find(key(pairing, dtype, impl, s, layout, threads));
   }
 
  private:
+  double find(const std::string& k) const {
+    const auto it = bps_.find(k);
+    return it == bps_.end() ? -1 : it->second;
+  }
   static std::string key(const std::string& pairing, const std::string& dtype, const std::string& impl,
-                         const Shape& s) {
-    return pairing + "/" + dtype + "/" + impl + "/" + shape_args(s);
+                         const Shape& s, const std::string& layout, int threads) {
+    return pairing + "/" + dtype + "/" + impl + "/" + layout + "/" + shape_args(s) + "/" + std::to_string(threads);
   }
   std::map<std::string, double> bps_;
 };
@@ -919,6 +1325,62 @@ std::pair<int, int> print_targets(const Measurements& m, std::FILE* out) {
       header = true;
       std::fprintf(out, "  %-4s %-11s dispatch_qk %5.2fx memcpy, two calls %5.2fx memcpy (%6.2f / %6.2f / %6.2f GB/s)\n",
                    d, p, qk / base, two / base, qk / 1e9, two / 1e9, base / 1e9);
+    }
+  }
+  // Layouts, fused q+k and threads (batch cases, f32): ratio to the flat memcpy of the same
+  // bytes and thread count.
+  const char* const layouts[] = {"rows", "bshd", "bhsd", "sbhd", "thd", "qkv"};
+  auto batch_at_least = [&](const char* pairing, const char* impl, const char* layout, const Shape& s,
+                            int threads, const char* what, double bound) {
+    const double a = m.get_batch(pairing, "f32", impl, layout, s, threads);
+    const double b = m.get_batch(pairing, "f32", "memcpy", "flat", s, threads);
+    if (a <= 0 || b <= 0) return;
+    const double r = a / b;
+    std::fprintf(out, "  f32  %-11s %-18s %s/%-4s %5.2fx memcpy %d thr (%6.2f vs %6.2f GB/s; target >= %g) %s\n",
+                 pairing, what, impl, layout, r, threads, a / 1e9, b / 1e9, bound, verdict(r >= bound));
+  };
+  for (const char* p : kPairingNames) batch_at_least(p, "dispatch_qk", "rows", gqa, 1, "GQA 512 tok fused", 0.85);
+  for (const char* p : kPairingNames) batch_at_least(p, "dispatch", "rows", dram, 2, "8192 tok 2 threads", 0.85);
+  header = false;
+  for (const char* d : kDtypeNames) {
+    for (const char* p : kPairingNames) {
+      std::string line;
+      bool any = false;
+      for (const int threads : {1, 2}) {
+        line += threads == 1 ? "" : " |";
+        for (const char* l : layouts) {
+          const double x = m.get_batch(p, d, "dispatch_qk", l, gqa, threads);
+          const double base = m.get_batch(p, d, "memcpy", "flat", gqa, threads);
+          char cell[16];
+          if (x > 0 && base > 0) {
+            std::snprintf(cell, sizeof cell, " %5.2f", x / base);
+            any = true;
+          } else {
+            std::snprintf(cell, sizeof cell, " %5s", "-");
+          }
+          line += cell;
+        }
+      }
+      if (!any) continue;
+      if (!header)
+        std::fprintf(out, "  (info) GQA 512 tok fused q+k per layout, x memcpy of the same bytes and threads:\n"
+                          "                   rows  bshd  bhsd  sbhd   thd   qkv (1 thread) | the same, 2 threads\n");
+      header = true;
+      std::fprintf(out, "  %-4s %-11s%s\n", d, p, line.c_str());
+    }
+  }
+  header = false;
+  for (const char* d : kDtypeNames) {
+    for (const char* p : kPairingNames) {
+      const double one = m.get_batch(p, d, "dispatch", "rows", dram, 1);
+      const double two = m.get_batch(p, d, "dispatch", "rows", dram, 2);
+      const double c1 = m.get_batch(p, d, "memcpy", "flat", dram, 1);
+      const double c2 = m.get_batch(p, d, "memcpy", "flat", dram, 2);
+      if (one <= 0 || two <= 0 || c1 <= 0 || c2 <= 0) continue;
+      if (!header) std::fprintf(out, "  (info) 8192 tok x 32 x 128, 2 threads against 1 (speed-up of dispatch and of memcpy):\n");
+      header = true;
+      std::fprintf(out, "  %-4s %-11s dispatch %5.2fx, memcpy %5.2fx (2 threads: %6.2f / %6.2f GB/s)\n", d, p,
+                   two / one, c2 / c1, two / 1e9, c2 / 1e9);
     }
   }
   if (total > 0) std::fprintf(out, "  %d of %d targets MET\n", met, total);
@@ -1000,7 +1462,11 @@ void print_summary(const RecordingReporter& rec, const SummaryOptions& options, 
   Measurements measured;
   std::size_t min_runs = 0;
   std::size_t max_runs = 0;
-  auto group_key = [](const CaseInfo& c) { return c.pairing + "/" + c.dtype + "/" + shape_args(c.shape); };
+  auto group_key = [](const CaseInfo& c) {
+    std::string g = c.pairing + "/" + c.dtype + "/" + shape_args(c.shape);
+    if (!c.layout.empty()) g += "/threads:" + std::to_string(c.threads);
+    return g;
+  };
   std::map<std::string, double> baseline;  // group -> memcpy bytes/s
   for (const Result& r : rec.results()) {
     const auto it = registered().find(r.name);
@@ -1019,39 +1485,68 @@ void print_summary(const RecordingReporter& rec, const SummaryOptions& options, 
   if (rows.empty()) return;
 
   if (max_runs <= 1)
-    std::fprintf(out, "\nrotary_bench summary: 1 thread, out of place, single run each\n");
+    std::fprintf(out, "\nrotary_bench summary: out of place, 1 thread unless a threads column says otherwise, single run each\n");
   else if (min_runs == max_runs)
-    std::fprintf(out, "\nrotary_bench summary: 1 thread, out of place, median of %zu runs each\n", max_runs);
+    std::fprintf(out, "\nrotary_bench summary: out of place, 1 thread unless a threads column says otherwise, median of %zu runs each\n", max_runs);
   else
-    std::fprintf(out, "\nrotary_bench summary: 1 thread, out of place, median of the runs column (key cases: %zu)\n",
+    std::fprintf(out, "\nrotary_bench summary: out of place, 1 thread unless a threads column says otherwise, median of the runs column (key cases: %zu)\n",
                  max_runs);
   std::fprintf(out, "  GB/s = 1e9 B/s of vectors read + written (cos/sin table not counted), per CPU time\n");
   std::fprintf(out, "  x memcpy = GB/s / memcpy GB/s of the same pairing, dtype and shape, in this run\n");
   std::fprintf(out, "  heads 40 = 32 query + 8 key heads per token, separate q and k arrays (fused shapes)\n");
   std::fprintf(out, "machine: %s\n", machine_description(rec.cpu()).c_str());
   std::fprintf(out, "build:   %s\n\n", build_description().c_str());
-  std::fprintf(out, "%-12s %-5s %-11s %6s %5s %8s %9s %4s %9s %9s\n", "pairing", "dtype", "impl", "tokens",
-               "heads", "head_dim", "MiB", "runs", "GB/s", "x memcpy");
-  std::string previous_group;
-  for (const Row& row : rows) {
-    const CaseInfo& c = *row.info;
-    const std::string group = group_key(c);
-    if (!previous_group.empty() && group != previous_group) std::fprintf(out, "\n");
-    previous_group = group;
-    const double mib = 2.0 * static_cast<double>(c.shape.elements()) *
-                       static_cast<double>(c.element_bytes) / (1024.0 * 1024.0);
-    std::fprintf(out, "%-12s %-5s %-11s %6lld %5lld %8lld %9.2f %4zu ", c.pairing.c_str(), c.dtype.c_str(),
-                 c.impl.c_str(), static_cast<long long>(c.shape.tokens),
-                 static_cast<long long>(c.shape.heads), static_cast<long long>(c.shape.head_dim), mib, row.runs);
+  auto ratio_columns = [&](const Row& row, const std::string& group) {
     if (!row.error.empty() || row.bps < 0) {
       std::fprintf(out, "%9s %9s  %s\n", "-", "-", row.error.empty() ? "no result" : row.error.c_str());
-      continue;
+      return;
     }
     const auto base = baseline.find(group);
     if (base == baseline.end())
       std::fprintf(out, "%9.2f %9s\n", row.bps / 1e9, "-");
     else
       std::fprintf(out, "%9.2f %9.3f\n", row.bps / 1e9, row.bps / base->second);
+  };
+  auto mib = [](const CaseInfo& c) {
+    return 2.0 * static_cast<double>(c.shape.elements()) * static_cast<double>(c.element_bytes) / (1024.0 * 1024.0);
+  };
+  std::fprintf(out, "%-12s %-5s %-11s %6s %5s %8s %9s %4s %9s %9s\n", "pairing", "dtype", "impl", "tokens",
+               "heads", "head_dim", "MiB", "runs", "GB/s", "x memcpy");
+  std::string previous_group;
+  bool any_batch = false;
+  for (const Row& row : rows) {
+    const CaseInfo& c = *row.info;
+    if (!c.layout.empty()) {
+      any_batch = true;
+      continue;
+    }
+    const std::string group = group_key(c);
+    if (!previous_group.empty() && group != previous_group) std::fprintf(out, "\n");
+    previous_group = group;
+    std::fprintf(out, "%-12s %-5s %-11s %6lld %5lld %8lld %9.2f %4zu ", c.pairing.c_str(), c.dtype.c_str(),
+                 c.impl.c_str(), static_cast<long long>(c.shape.tokens),
+                 static_cast<long long>(c.shape.heads), static_cast<long long>(c.shape.head_dim), mib(c), row.runs);
+    ratio_columns(row, group);
+  }
+  if (any_batch) {
+    std::fprintf(out,
+                 "\nlayouts, fused q+k and threads (apply/<pairing>/<dtype>/<impl>/<layout>/.../threads:N;\n"
+                 "  x memcpy = against the flat memcpy of the same bytes with the same thread count):\n");
+    std::fprintf(out, "%-12s %-5s %-11s %-6s %6s %5s %8s %7s %9s %4s %9s %9s\n", "pairing", "dtype", "impl",
+                 "layout", "tokens", "heads", "head_dim", "threads", "MiB", "runs", "GB/s", "x memcpy");
+    previous_group.clear();
+    for (const Row& row : rows) {
+      const CaseInfo& c = *row.info;
+      if (c.layout.empty()) continue;
+      const std::string group = group_key(c);
+      if (!previous_group.empty() && group != previous_group) std::fprintf(out, "\n");
+      previous_group = group;
+      std::fprintf(out, "%-12s %-5s %-11s %-6s %6lld %5lld %8lld %7d %9.2f %4zu ", c.pairing.c_str(),
+                   c.dtype.c_str(), c.impl.c_str(), c.layout.c_str(), static_cast<long long>(c.shape.tokens),
+                   static_cast<long long>(c.shape.heads), static_cast<long long>(c.shape.head_dim), c.threads,
+                   mib(c), row.runs);
+      ratio_columns(row, group);
+    }
   }
   if (options.compare_with.empty())
     print_targets(measured, out);
@@ -1105,6 +1600,7 @@ int main(int argc, char** argv) {
   if (benchmark::ReportUnrecognizedArguments(count, args.data())) return 1;
 
   for (const Dtype& dtype : kDtypes) dtype.register_all(dtype.name);
+  for (const Dtype& dtype : kDtypes) dtype.register_batch(dtype.name);
 
   RecordingReporter reporter(benchmark::CreateDefaultDisplayReporter());
   benchmark::RunSpecifiedBenchmarks(&reporter);

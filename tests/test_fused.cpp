@@ -76,6 +76,50 @@ TEST(FusedErrors, OverlapAndShapes) {
   }
 }
 
+// q and k as slices of one fused QKV buffer [tokens, q_heads + 2 kv_heads, head_dim]: their
+// bounding extents overlap but no row is shared, so one fused call must accept them, in place and
+// out of place, and give the bits of separate calls; v stays untouched. Views sharing a row throw.
+TEST(Fused, SlicesOfOneQkvBuffer) {
+  std::mt19937_64 rng(rotary_test::seed());
+  for (const Pairing pairing : {Pairing::interleaved, Pairing::half_split}) {
+    const std::int64_t d = 64, qh = 6, kh = 2, all = qh + 2 * kh, tokens = 19;
+    const rotary::Rope<float> rope(rotary::RotarySpec(d, pairing), 64);
+    const std::vector<std::int64_t> pos = rotary_test::random_positions(tokens, 63, rng);
+    const std::vector<float> qkv = rotary_test::random_vector<float>(static_cast<std::size_t>(tokens * all * d), rng);
+    const rotary::StridedLayout ql{tokens, qh, all * d, d};
+    const rotary::StridedLayout kl{tokens, kh, all * d, d};
+    std::vector<float> want = qkv;
+    rotary::apply_strided(rope, want.data(), ql, pos);
+    rotary::apply_strided(rope, want.data() + qh * d, kl, pos);
+
+    std::vector<float> in_place = qkv;
+    rotary::apply_qk_strided(rope, in_place.data(), ql, in_place.data(), ql, in_place.data() + qh * d, kl,
+                             in_place.data() + qh * d, kl, pos);
+    EXPECT_EQ(0, std::memcmp(in_place.data(), want.data(), want.size() * sizeof(float)));
+
+    std::vector<float> out(qkv.size(), -7.0f);  // out of place into another fused buffer
+    rotary::apply_qk_strided(rope, qkv.data(), ql, out.data(), ql, qkv.data() + qh * d, kl, out.data() + qh * d,
+                             kl, pos);
+    for (std::int64_t t = 0; t < tokens; ++t)
+      for (std::int64_t i = 0; i < all * d; ++i) {
+        const auto at = static_cast<std::size_t>(t * all * d + i);
+        ASSERT_EQ(out[at], i < (qh + kh) * d ? want[at] : -7.0f) << "token " << t << " element " << i;
+      }
+
+    // k starting one head early shares its first row with q's last: rejected before any write
+    std::vector<float> clash = qkv;
+    const rotary::StridedLayout kl_early{tokens, kh, all * d, d};
+    try {
+      rotary::apply_qk_strided(rope, clash.data(), ql, clash.data(), ql, clash.data() + (qh - 1) * d, kl_early,
+                               clash.data() + (qh - 1) * d, kl_early, pos);
+      ADD_FAILURE() << "q and k sharing a row accepted";
+    } catch (const rotary::error& e) {
+      EXPECT_NE(std::string(e.what()).find("q and k views overlap"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(clash, qkv);
+  }
+}
+
 TEST(Parallel, ThreadedEqualsSerialAndCoversEveryToken) {
   const rotary::Rope<float> rope(rotary::RotarySpec(128, Pairing::half_split), 2048);
   rotary::RowMatrix<float> x = rotary::RowMatrix<float>::Random(1000 * 8, 128);

@@ -117,6 +117,26 @@ std::string check_positions(const Positions& p, std::int64_t tokens, const CosSi
   return {};
 }
 
+// Two views of one buffer with equal strides whose heads sit side by side inside every token (the
+// q and k heads of a fused QKV projection, [tokens, q_heads + 2 * kv_heads, head_dim]): their rows
+// are disjoint when all of one's heads come before all of the other's, i.e. when the union, one
+// view of gap + heads_b heads, has disjoint rows. Bounding extents of such views always overlap.
+template <class T>
+bool heads_apart(const T* a, std::int64_t a_heads, std::ptrdiff_t a_ts, std::ptrdiff_t a_hs, const T* b,
+                 std::int64_t b_heads, std::ptrdiff_t b_ts, std::ptrdiff_t b_hs, std::int64_t tokens,
+                 std::int64_t head_dim) noexcept {
+  if (a_ts != b_ts || a_hs != b_hs || a_hs <= 0) return false;
+  const auto pa = reinterpret_cast<std::uintptr_t>(a);
+  const auto pb = reinterpret_cast<std::uintptr_t>(b);
+  const bool a_first = pa <= pb;
+  const std::uintptr_t bytes = a_first ? pb - pa : pa - pb;
+  const std::uintptr_t head_bytes = static_cast<std::uintptr_t>(a_hs) * sizeof(T);
+  if (bytes % head_bytes != 0) return false;
+  const auto gap = static_cast<std::int64_t>(bytes / head_bytes);
+  if (gap < (a_first ? a_heads : b_heads)) return false;
+  return rows_disjoint(tokens, gap + (a_first ? b_heads : a_heads), a_ts, a_hs, head_dim);
+}
+
 template <class T>
 std::string check_call(const KernelArgs<T>& a) {
   if (a.cache == nullptr && a.rows == nullptr && a.generator == nullptr) return "no cos/sin cache";
@@ -140,8 +160,18 @@ std::string check_call(const KernelArgs<T>& a) {
     const Extent qo = out_extent(a.q, a.tokens, a.head_dim);
     const Extent ki = in_extent(a.k, a.tokens, a.head_dim);
     const Extent ko = out_extent(a.k, a.tokens, a.head_dim);
-    if (overlap(qo, ki) || overlap(qo, ko) || overlap(ko, qi))
-      return "q and k views overlap: a q output may not share memory with k, nor a k output with q";
+    const auto apart = [&a](const T* x, const StreamArgs<T>& xs, bool x_out, const T* y,
+                            const StreamArgs<T>& ys, bool y_out) {
+      return heads_apart<T>(x, xs.heads, x_out ? xs.out_token_stride : xs.in_token_stride,
+                            x_out ? xs.out_head_stride : xs.in_head_stride, y, ys.heads,
+                            y_out ? ys.out_token_stride : ys.in_token_stride,
+                            y_out ? ys.out_head_stride : ys.in_head_stride, a.tokens, a.head_dim);
+    };
+    const bool clash = (overlap(qo, ki) && !apart(a.q.out, a.q, true, a.k.in, a.k, false)) ||
+                       (overlap(qo, ko) && !apart(a.q.out, a.q, true, a.k.out, a.k, true)) ||
+                       (overlap(ko, qi) && !apart(a.k.out, a.k, true, a.q.in, a.q, false));
+    if (clash)
+      return "q and k views overlap: a q output may not share a row with k, nor a k output with q";
   }
 
   return check_positions(a.positions, a.tokens, a.cache);
