@@ -19,5 +19,7 @@
 #include "rerotate.hpp"    // IWYU pragma: export
 #include "layouts.hpp"     // IWYU pragma: export
 #include "convert_weights.hpp" // IWYU pragma: export
+#include "gradients.hpp"   // IWYU pragma: export
+#include "analysis.hpp"    // IWYU pragma: export
 
 #endif  // ROTARY_ROTARY_HPP
