@@ -4,11 +4,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <exception>
 #include <vector>
 
 #include <rotary/rotary.hpp>
 
-int main() {
+static int run() {
   const std::vector<std::int64_t> positions = {1 << 10, 1 << 20, 1 << 24, 2147483647};
   std::printf("max |cos/sin - exact| over base 1e4..1e7, rotary_dim 64..256\n");
   std::printf("%12s  %14s  %16s\n", "position", "rotary (f32)", "float angle (f32)");
@@ -36,4 +37,13 @@ int main() {
     ok = ok && ours <= 0x1p-24;
   }
   return ok ? 0 : 1;
+}
+
+int main() {
+  try {
+    return run();
+  } catch (const std::exception& e) {  // rotary::error and allocation failures: say what, exit 1
+    std::fprintf(stderr, "cache_accuracy: %s\n", e.what());
+    return 1;
+  }
 }

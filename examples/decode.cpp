@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <exception>
 #include <vector>
 
 #include <rotary/rotary.hpp>
@@ -192,7 +193,7 @@ Result run(const Config& c, std::uint64_t seed) {
               static_cast<long long>(c.prompt), static_cast<long long>(c.decode));
   std::printf("  key head vectors rotated: %lld with the KV cache (once, on insertion) vs %lld re-rotating "
               "all keys at every step (%.1fx fewer)\n",
-              static_cast<long long>(rotated_keys * c.kv_heads), static_cast<long long>(rerotate * c.kv_heads),
+              static_cast<long long>(rotated_keys) * c.kv_heads, static_cast<long long>(rerotate) * c.kv_heads,
               static_cast<double>(rerotate) / static_cast<double>(rotated_keys));
   std::printf("  vs explicit-R double attention: max rel error %.3g, max abs error %.3g\n", res.max_rel,
               res.max_abs);
@@ -201,7 +202,7 @@ Result run(const Config& c, std::uint64_t seed) {
 
 }  // namespace
 
-int main() {
+static int run() {
   const Config configs[] = {
       {"half_split, full rotary", 128, 8, 2, 64, 64, rotary::Pairing::half_split, 10000.0, 20, 30},
       {"interleaved, partial rotary", 128, 8, 2, 64, 32, rotary::Pairing::interleaved, 10000.0, 20, 30},
@@ -219,4 +220,13 @@ int main() {
   std::printf("%s\n", ok ? "OK: KV-cache decode matches full attention with explicit rotation matrices"
                          : "MISMATCH");
   return ok ? 0 : 1;
+}
+
+int main() {
+  try {
+    return run();
+  } catch (const std::exception& e) {  // rotary::error and allocation failures: say what, exit 1
+    std::fprintf(stderr, "decode: %s\n", e.what());
+    return 1;
+  }
 }

@@ -2,11 +2,12 @@
 // the score <R_m q, R_n k> depends on the positions only through n - m.
 #include <cmath>
 #include <cstdio>
+#include <exception>
 #include <vector>
 
 #include <rotary/rotary.hpp>
 
-int main() {
+static int run() {
   const std::int64_t tokens = 8;
   const std::int64_t heads = 4;
   const std::int64_t head_dim = 128;
@@ -46,4 +47,13 @@ int main() {
   const double back = std::fabs(q(0, 0) - static_cast<float>(std::sin(0.0)));
   std::printf("inverse(forward(q)) - q at [0,0] = %.2g\n", back);
   return rel < 1e-5 && back < 1e-6 ? 0 : 1;
+}
+
+int main() {
+  try {
+    return run();
+  } catch (const std::exception& e) {  // rotary::error and allocation failures: say what, exit 1
+    std::fprintf(stderr, "quickstart: %s\n", e.what());
+    return 1;
+  }
 }

@@ -274,7 +274,7 @@ ROTARY_TARGET_AVX2 void half_split_registers(const KernelArgs<typename S::T>& a,
   const std::int64_t heads = a.total_heads();
   const std::int64_t h = a.rotary_dim / 2;
   const std::int64_t pass = a.head_dim - a.rotary_dim;
-  const int last = static_cast<int>(h - (K - 1) * L);
+  const int last = static_cast<int>(h - static_cast<std::int64_t>(K - 1) * L);
   const auto m = S::mask(last);
   const V neg = S::sign(a.inverse);
   for (std::int64_t t = t0; t < t1; ++t) {
@@ -362,7 +362,7 @@ ROTARY_TARGET_AVX2 void interleaved_registers(const KernelArgs<typename S::T>& a
   const std::int64_t d = a.rotary_dim;
   const std::int64_t h = d / 2;
   const std::int64_t pass = a.head_dim - d;
-  const int last = static_cast<int>(d - (K - 1) * L);
+  const int last = static_cast<int>(d - static_cast<std::int64_t>(K - 1) * L);
   const auto m = S::mask(last);
   const auto hm = S::half_mask(last / 2);
   const V neg = S::sign(a.inverse);
