@@ -124,7 +124,7 @@ inline std::string check_layouts(const char* name, const StridedLayout& il, cons
 inline std::string eigen_layout(Eigen::Index rows, Eigen::Index cols, Eigen::Index outer,
                                 std::int64_t heads, std::int64_t head_dim, const char* name,
                                 StridedLayout& out) {
-  if (heads < 1) return concat("heads (", heads, ") must be >= 1");
+  if (heads < 1) return concat(name, ": heads (", heads, ") must be >= 1");
   if (cols != head_dim) return concat(name, " has ", cols, " columns; head_dim is ", head_dim);
   if (rows % heads != 0)
     return concat(name, " has ", rows, " rows, not a multiple of heads (", heads, ")");
@@ -166,13 +166,15 @@ void run_with_row_blocks(const KernelArgs<T>& a, const FillBlock& fill_block, co
   using C = compute_t<T>;
   const Kernel<T> kernel = select_kernel<T>();
   const auto blocks = [&a, &fill_block, kernel](std::int64_t begin, std::int64_t end) {
-    constexpr std::int64_t kBlock = RowGenerator<C>::kBlock;
-    std::vector<C> rows(static_cast<std::size_t>(kBlock * a.rotary_dim));
+    // Scratch for one block, no larger than the range needs: a decode step (one token) fills and
+    // allocates one row, not kBlock of them.
+    const std::int64_t block = std::min<std::int64_t>(RowGenerator<C>::kBlock, end - begin);
+    std::vector<C> rows(static_cast<std::size_t>(block * a.rotary_dim));
     std::vector<double> scratch(static_cast<std::size_t>(a.rotary_dim));
     KernelArgs<T> b = a;
     b.rows = rows.data();
-    for (std::int64_t t = begin; t < end; t += kBlock) {
-      const std::int64_t stop = std::min(end, t + kBlock);
+    for (std::int64_t t = begin; t < end; t += block) {
+      const std::int64_t stop = std::min(end, t + block);
       fill_block(t, stop, rows.data(), scratch.data());
       b.rows_token0 = t;
       kernel(b, t, stop);

@@ -21,5 +21,6 @@
 #include "convert_weights.hpp" // IWYU pragma: export
 #include "gradients.hpp"   // IWYU pragma: export
 #include "analysis.hpp"    // IWYU pragma: export
+#include "multi_axis.hpp"  // IWYU pragma: export
 
 #endif  // ROTARY_ROTARY_HPP
