@@ -22,5 +22,7 @@
 #include "gradients.hpp"   // IWYU pragma: export
 #include "analysis.hpp"    // IWYU pragma: export
 #include "multi_axis.hpp"  // IWYU pragma: export
+#include "xpos.hpp"        // IWYU pragma: export
+#include "linear_attention.hpp" // IWYU pragma: export
 
 #endif  // ROTARY_ROTARY_HPP
