@@ -166,18 +166,22 @@ void run_with_row_blocks(const KernelArgs<T>& a, const FillBlock& fill_block, co
   using C = compute_t<T>;
   const Kernel<T> kernel = select_kernel<T>();
   const auto blocks = [&a, &fill_block, kernel](std::int64_t begin, std::int64_t end) {
-    // Scratch for one block, no larger than the range needs: a decode step (one token) fills and
-    // allocates one row, not kBlock of them.
-    const std::int64_t block = std::min<std::int64_t>(RowGenerator<C>::kBlock, end - begin);
-    std::vector<C> rows(static_cast<std::size_t>(block * a.rotary_dim));
+    // Blocks start at multiples of kBlock whatever range a thread gets, so rows (exact anchors, then
+    // a recurrence) and hence the output bits do not depend on how a ParallelFor splits the tokens.
+    // A range starting inside a block fills that block from its start and rotates from `begin`.
+    constexpr std::int64_t kBlock = RowGenerator<C>::kBlock;
+    const std::int64_t first = begin / kBlock * kBlock;
+    // Scratch for one block, no larger than the range needs (a decode step fills one row).
+    const std::int64_t rows_needed = std::min(kBlock, end - first);
+    std::vector<C> rows(static_cast<std::size_t>(rows_needed * a.rotary_dim));
     std::vector<double> scratch(static_cast<std::size_t>(a.rotary_dim));
     KernelArgs<T> b = a;
     b.rows = rows.data();
-    for (std::int64_t t = begin; t < end; t += block) {
-      const std::int64_t stop = std::min(end, t + block);
+    for (std::int64_t t = first; t < end; t += kBlock) {
+      const std::int64_t stop = std::min(end, t + kBlock);
       fill_block(t, stop, rows.data(), scratch.data());
       b.rows_token0 = t;
-      kernel(b, t, stop);
+      kernel(b, std::max(t, begin), stop);
     }
   };
   if (!parallel || a.tokens < 2) {
