@@ -115,12 +115,17 @@ void expect_error(F&& f, std::initializer_list<const char*> fragments) {
 }
 
 #if ROTARY_TEST_HAVE_MMAN
-// n elements that end exactly at a PROT_NONE page (and start right after another): any access past
-// either end of the buffer faults (MLAS's MatrixGuardBuffer idea).
+// Which end of a GuardedBuffer touches its guard page exactly (the other end has up to a page of
+// readable slack before its guard page, unless the size is a multiple of the page size).
+enum class Flush { end, begin };
+
+// n elements between two PROT_NONE pages, flush against the upper one (Flush::end: a read or write
+// one element past the end faults) or the lower one (Flush::begin: one element before the start
+// faults); MLAS's MatrixGuardBuffer idea. Run a test with both to catch over- and under-runs.
 template <class T>
 class GuardedBuffer {
  public:
-  explicit GuardedBuffer(std::size_t n) : n_(n) {
+  explicit GuardedBuffer(std::size_t n, Flush flush = Flush::end) : n_(n) {
     page_ = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
     const std::size_t bytes = n * sizeof(T);
     body_ = (bytes + page_ - 1) / page_ * page_;
@@ -130,7 +135,8 @@ class GuardedBuffer {
     base_ = static_cast<char*>(p);
     if (body_ > 0 && mprotect(base_ + page_, body_, PROT_READ | PROT_WRITE) != 0)
       throw std::runtime_error("mprotect failed");
-    data_ = reinterpret_cast<T*>(base_ + page_ + body_ - bytes);  // ends at the upper guard page
+    // Flush::end: ends at the upper guard page; Flush::begin: starts right after the lower one.
+    data_ = reinterpret_cast<T*>(base_ + page_ + (flush == Flush::end ? body_ - bytes : 0));
   }
   GuardedBuffer(const GuardedBuffer&) = delete;
   GuardedBuffer& operator=(const GuardedBuffer&) = delete;

@@ -6,9 +6,10 @@
 // and the same table serves both pairings: a token's row is read once and reused for every head.
 //
 // Exactness: the angle m*theta_j is reduced in double-double turns (detail/exact_angle.hpp), so each
-// entry is the correctly rounded float (or double within one ulp) of cos/sin of the exact angle, at
-// any int64 position. Float-angle pipelines (HF, ggml: float(m)*float(theta)) are off in the first
-// digit by position 2^24.
+// float entry is the correctly rounded cos/sin of the exact angle at any int64 position. Double
+// entries are within about 2 ulp up to |m| ~ 2^53; beyond, the ~106-bit theta/(2 pi) bounds them by
+// about |m| * 2^-100 (measured 5e-14 at INT64_MAX - 1; tests/test_edge_cases.cpp). Float-angle
+// pipelines (HF, ggml: float(m)*float(theta)) are off in the first digit by position 2^24.
 #ifndef ROTARY_CACHE_HPP
 #define ROTARY_CACHE_HPP
 
@@ -57,8 +58,8 @@ class CosSinCache {
   // Rows for positions [0, end).
   CosSinCache(const Frequencies& f, std::int64_t end) : CosSinCache(f, 0, end) {}
 
-  // Rows for an explicit set of positions (any order; duplicates are stored once). Lookups then
-  // search the sorted list, so apply() accepts exactly these positions.
+  // Rows for an explicit set of positions (any order; duplicates are stored once), each in
+  // [0, INT64_MAX). Lookups then search the sorted list, so apply() accepts exactly these positions.
   static CosSinCache for_positions(const Frequencies& f, std::vector<std::int64_t> positions,
                                    AttentionFactor factor = AttentionFactor::fold) {
     using detail::concat;
@@ -67,6 +68,10 @@ class CosSinCache {
     positions.erase(std::unique(positions.begin(), positions.end()), positions.end());
     if (!positions.empty() && positions.front() < 0)
       throw error(concat("cache position (", positions.front(), ") must be >= 0"));
+    // end_position() = last + 1 must exist (a range cache cannot hold INT64_MAX either).
+    if (!positions.empty() && positions.back() == std::numeric_limits<std::int64_t>::max())
+      throw error(concat("cache position (", positions.back(), ") must be < ", positions.back(),
+                         " (INT64_MAX): end positions are exclusive"));
     CosSinCache c;
     c.theta_ = f.theta;
     c.attention_factor_ = f.attention_factor;

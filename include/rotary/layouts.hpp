@@ -22,6 +22,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -108,19 +109,22 @@ struct BatchView {
 // A non-owning view of int32 or int64 values.
 class CuSeqlens {
  public:
-  CuSeqlens(const std::int32_t* v, std::int64_t count) noexcept : p32_(v), count_(count) {}
-  CuSeqlens(const std::int64_t* v, std::int64_t count) noexcept : p64_(v), count_(count) {}
+  CuSeqlens(const std::int32_t* v, std::int64_t count) noexcept : p32_(v), count_(count), wide_(false) {}
+  CuSeqlens(const std::int64_t* v, std::int64_t count) noexcept : p64_(v), count_(count), wide_(true) {}
   CuSeqlens(const std::vector<std::int32_t>& v) noexcept  // NOLINT(google-explicit-constructor)
       : CuSeqlens(v.data(), static_cast<std::int64_t>(v.size())) {}
   CuSeqlens(const std::vector<std::int64_t>& v) noexcept  // NOLINT(google-explicit-constructor)
       : CuSeqlens(v.data(), static_cast<std::int64_t>(v.size())) {}
   std::int64_t count() const noexcept { return count_; }
-  std::int64_t operator[](std::int64_t i) const noexcept { return p32_ != nullptr ? p32_[i] : p64_[i]; }
+  std::int64_t operator[](std::int64_t i) const noexcept { return wide_ ? p64_[i] : p32_[i]; }
 
  private:
+  // The width is a flag, not "whichever pointer is non-null": an empty std::vector may give a null
+  // data(), which must still read as that vector's width.
   const std::int32_t* p32_ = nullptr;
   const std::int64_t* p64_ = nullptr;
   std::int64_t count_ = 0;
+  bool wide_ = false;
 };
 
 // How context parallelism splits each full sequence of length L = ranks * local_len:
@@ -182,8 +186,13 @@ class SequencePositions {
   // "" or what is wrong for sequences of these local lengths.
   std::string check(const std::vector<std::int64_t>& lengths, std::int64_t total) const {
     using detail::concat;
+    constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
     if (kind_ == Kind::per_token) {
-      if (tokens_.is_contiguous()) return {};
+      if (tokens_.is_contiguous()) {
+        if (total > 0 && tokens_.start() > kMax - (total - 1))
+          return concat("per-token positions start (", tokens_.start(), ") + ", total, " tokens overflows int64");
+        return {};
+      }
       if (tokens_.count() != total)
         return concat("per-token positions has ", tokens_.count(), " values for ", total, " tokens");
       return {};
@@ -200,6 +209,17 @@ class SequencePositions {
           if (lengths[b] % 2 != 0)
             return concat("load-balanced context parallelism: sequence ", b, " has ", lengths[b],
                           " local tokens, which must be even (two chunks per rank)");
+    }
+    // Every sequence's last position, s_b + span - 1 (span: its local length, times the ranks under
+    // context parallelism), must fit in int64; negative positions are rejected per token later.
+    for (std::size_t b = 0; b < lengths.size(); ++b) {
+      if (lengths[b] <= 0) continue;
+      const std::int64_t s = starts_.size() == 1 ? starts_[0] : starts_[b];
+      const std::int64_t ranks = kind_ == Kind::context_parallel ? ranks_ : 1;
+      if (ranks > kMax / lengths[b] || (s > 0 && ranks * lengths[b] - 1 > kMax - s))
+        return ranks == 1 ? concat("sequence ", b, ": start (", s, ") + ", lengths[b], " tokens overflows int64")
+                          : concat("sequence ", b, ": start (", s, ") + ", ranks, " ranks x ", lengths[b],
+                                   " local tokens overflows int64");
     }
     return {};
   }
@@ -266,6 +286,7 @@ inline std::string check_cu_seqlens(const CuSeqlens& cu, std::int64_t total, std
 
 // Rows of a 4-d view are pairwise disjoint (sufficient condition: strides nest).
 inline bool batch_rows_disjoint(const BatchShape& s, const BatchStrides& st) noexcept {
+  if (s.batch == 0 || s.seq == 0 || s.heads == 0) return true;  // no rows (dense strides may be 0)
   std::array<std::pair<std::ptrdiff_t, std::int64_t>, 3> ax{
       {{st.batch, s.batch}, {st.seq, s.seq}, {st.head, s.heads}}};
   std::sort(ax.begin(), ax.end());
@@ -295,6 +316,12 @@ std::string check_batch_view(const char* name, const BatchView<T>& v, std::int64
   if (v.strides.batch < 0 || v.strides.seq < 0 || v.strides.head < 0)
     return concat(name, " strides (batch ", v.strides.batch, ", seq ", v.strides.seq, ", head ", v.strides.head,
                   ") must be >= 0");
+  if (s.batch > 0 && s.seq > 0 && s.heads > 0 &&
+      !span_fits({{s.batch, v.strides.batch}, {s.seq, v.strides.seq}, {s.heads, v.strides.head}}, s.head_dim,
+                 sizeof(T)))
+    return concat(name, " spans more than PTRDIFF_MAX bytes (strides: batch ", v.strides.batch, ", seq ",
+                  v.strides.seq, ", head ", v.strides.head, "; shape ", s.batch, " x ", s.seq, " x ", s.heads,
+                  "): no buffer is that large");
   if (!batch_rows_disjoint(s, v.strides))
     return concat(name, " rows overlap: strides (batch ", v.strides.batch, ", seq ", v.strides.seq, ", head ",
                   v.strides.head, "), head_dim ", s.head_dim);

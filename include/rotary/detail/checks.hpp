@@ -6,8 +6,10 @@
 #include "guard.hpp"
 
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <string>
+#include <utility>
 
 #include "format.hpp"
 #include "kernel_args.hpp"
@@ -30,9 +32,11 @@ Extent extent_of(const T* p, std::int64_t tokens, std::int64_t heads, std::ptrdi
 }
 
 // Rows of one view must not overlap each other: with strides sorted as a (count na) <= b (count nb),
-// a >= head_dim and b >= a*(na-1) + head_dim whenever the counts exceed one.
+// a >= head_dim and b >= a*(na-1) + head_dim whenever the counts exceed one. An empty view has no
+// rows (strides computed from a zero-sized shape are often 0).
 inline bool rows_disjoint(std::int64_t tokens, std::int64_t heads, std::ptrdiff_t ts,
                           std::ptrdiff_t hs, std::int64_t head_dim) noexcept {
+  if (tokens == 0 || heads == 0) return true;
   std::int64_t n1 = tokens;
   std::int64_t n2 = heads;
   std::ptrdiff_t s1 = ts;
@@ -46,12 +50,33 @@ inline bool rows_disjoint(std::int64_t tokens, std::int64_t heads, std::ptrdiff_
   return s1 >= head_dim && s2 >= s1 * (n1 - 1) + head_dim;
 }
 
+// Whether a non-empty view (axes of count >= 1 and stride >= 0, rows of head_dim elements) spans at
+// most PTRDIFF_MAX bytes, computed without overflow. No buffer is larger, and past it the extent
+// arithmetic here and the kernels' row addresses would overflow.
+inline bool span_fits(std::initializer_list<std::pair<std::int64_t, std::ptrdiff_t>> axes, std::int64_t head_dim,
+                      std::size_t element_size) noexcept {
+  const std::uint64_t max = static_cast<std::uint64_t>(std::numeric_limits<std::ptrdiff_t>::max()) / element_size;
+  auto span = static_cast<std::uint64_t>(head_dim);
+  if (span > max) return false;
+  for (const auto& [count, stride] : axes) {
+    if (count <= 1 || stride == 0) continue;
+    const auto c = static_cast<std::uint64_t>(count - 1);
+    const auto s = static_cast<std::uint64_t>(stride);
+    if (c > (max - span) / s) return false;
+    span += c * s;
+  }
+  return true;
+}
+
 template <class T>
 std::string check_view(const char* name, const T* p, std::int64_t tokens, std::int64_t heads,
                        std::ptrdiff_t ts, std::ptrdiff_t hs, std::int64_t head_dim) {
   if (ts < 0 || hs < 0)
     return concat(name, " strides (token ", ts, ", head ", hs, ") must be >= 0");
   if (tokens > 0 && p == nullptr) return concat(name, " is null but holds ", tokens, " tokens");
+  if (tokens > 0 && heads > 0 && !span_fits({{tokens, ts}, {heads, hs}}, head_dim, sizeof(T)))
+    return concat(name, " spans more than PTRDIFF_MAX bytes (", tokens, " tokens x token stride ", ts, ", ",
+                  heads, " heads x head stride ", hs, ", head_dim ", head_dim, "): no buffer is that large");
   if (!rows_disjoint(tokens, heads, ts, hs, head_dim))
     return concat(name, " rows overlap: token stride ", ts, ", head stride ", hs, ", head_dim ",
                   head_dim, " (", tokens, " tokens x ", heads, " heads)");

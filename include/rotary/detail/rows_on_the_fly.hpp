@@ -10,6 +10,7 @@
 #include "guard.hpp"
 
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "../positions.hpp"
@@ -50,7 +51,7 @@ class RowGenerator {
     std::int64_t prev = 0;
     for (std::int64_t t = t0; t < t1; ++t) {
       const std::int64_t m = p[t];
-      if (t == t0 || m != prev + 1) {
+      if (t == t0 || prev == std::numeric_limits<std::int64_t>::max() || m != prev + 1) {
         for (std::int64_t j = 0; j < h; ++j) exact_sincos(m, turns_[static_cast<std::size_t>(j)], s[j], c[j]);
       } else {
         for (std::int64_t j = 0; j < h; ++j) {
