@@ -116,7 +116,11 @@ class CuSeqlens {
   CuSeqlens(const std::vector<std::int64_t>& v) noexcept  // NOLINT(google-explicit-constructor)
       : CuSeqlens(v.data(), static_cast<std::int64_t>(v.size())) {}
   std::int64_t count() const noexcept { return count_; }
-  std::int64_t operator[](std::int64_t i) const noexcept { return wide_ ? p64_[i] : p32_[i]; }
+  // Unchecked (ROTARY_ASSERT in debug builds): i in [0, count()).
+  std::int64_t operator[](std::int64_t i) const noexcept {
+    ROTARY_ASSERT(i >= 0 && i < count_);
+    return wide_ ? p64_[i] : p32_[i];
+  }
 
  private:
   // The width is a flag, not "whichever pointer is non-null": an empty std::vector may give a null

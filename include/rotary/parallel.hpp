@@ -23,7 +23,9 @@ using ParallelFor =
     std::function<void(std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& body)>;
 
 // Splits [0, n) into `parts` nearly equal ranges; range i is [bounds(i), bounds(i + 1)).
+// Unchecked (ROTARY_ASSERT in debug builds): parts >= 1, n >= 0, 0 <= i <= parts.
 inline std::int64_t split_bound(std::int64_t n, std::int64_t parts, std::int64_t i) noexcept {
+  ROTARY_ASSERT(parts >= 1 && n >= 0 && i >= 0 && i <= parts);
   return n / parts * i + std::min(i, n % parts);
 }
 

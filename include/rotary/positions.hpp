@@ -46,7 +46,9 @@ class Positions {
   // Number of values of an array; -1 for contiguous positions (any number of tokens).
   std::int64_t count() const noexcept { return kind_ == Kind::contiguous ? -1 : count_; }
 
+  // Unchecked (ROTARY_ASSERT in debug builds): t in [0, count()) for arrays.
   std::int64_t operator[](std::int64_t t) const noexcept {
+    ROTARY_ASSERT(t >= 0 && (kind_ == Kind::contiguous || t < count_));
     switch (kind_) {
       case Kind::int32:
         return p32_[t];
