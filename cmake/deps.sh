@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian packages rotary's builds need, if any is missing.
-# Usage: cmake/deps.sh [tests|bench|cross]...   (no argument: tests)
+# Usage: cmake/deps.sh [tests|bench|cross|lint|fuzz]...   (no argument: tests)
 set -euo pipefail
 
 pkgs=(cmake g++ libeigen3-dev)
@@ -9,7 +9,11 @@ for what in "${@:-tests}"; do
     tests) pkgs+=(clang googletest libgtest-dev libbenchmark-dev nlohmann-json3-dev) ;;
     bench) pkgs+=(libbenchmark-dev) ;;
     cross) pkgs+=(g++-aarch64-linux-gnu qemu-user libgtest-dev googletest) ;;
-    *) echo "deps.sh: unknown set '$what' (tests|bench|cross)" >&2; exit 2 ;;
+    lint) pkgs+=(clang clang-tidy cppcheck) ;;
+    # tests/fuzz (clang's libFuzzer + ASan/UBSan runtimes live in libclang-rt-14-dev, which clang only
+    # recommends) and the tsan preset (g++'s ThreadSanitizer runtime: libtsan2).
+    fuzz) pkgs+=(clang libclang-rt-14-dev libtsan2 nlohmann-json3-dev) ;;
+    *) echo "deps.sh: unknown set '$what' (tests|bench|cross|lint|fuzz)" >&2; exit 2 ;;
   esac
 done
 

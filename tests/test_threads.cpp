@@ -1,0 +1,529 @@
+// Thread safety: what an engine does from many threads at once must give the single-threaded bits.
+//
+//   * 12 threads share one cached Rope (and one CosSinCache) and rotate disjoint outputs, in and out of
+//     place, every storage type; 12 threads share one cache-free Rope.
+//   * The first dispatch (active_isa(): ROTARY_MAX_ISA, CPU detection) races from 16 threads. ctest runs
+//     each test in its own process, so there it is the process's first dispatch; run as one binary,
+//     the test first resets the resolved ISA (CPU detection then is already done).
+//   * One thread cycles set_max_isa() over every supported ISA while 8 others rotate (every ISA gives
+//     the same bits, so the results cannot depend on the interleaving).
+//   * ParallelFor hooks: thread_parallel_for with 2..16 threads and a persistent std::thread pool
+//     (mutex + condition variable, like an engine's), over apply, fused GQA q+k, cache-free ropes,
+//     apply_batch on every layout, apply_varlen, shift_keys and rerotate_keys; and several callers
+//     each splitting their own call over a pool at the same time.
+// The serial results themselves are checked against reference::rotate_complex (long double) on
+// sampled rows, so a test cannot pass by two runs being equally wrong. Sizes stay small: the `tsan`
+// preset runs this file under ThreadSanitizer on a 2-core machine.
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "support.hpp"
+
+namespace {
+
+using rotary::Direction;
+using rotary::Pairing;
+using rotary::Positions;
+using rotary::RotarySpec;
+
+template <class T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(static_cast<const void*>(a.data()),
+                                             static_cast<const void*>(b.data()), a.size() * sizeof(T)) == 0;
+}
+
+template <class T>
+std::vector<T> random_values(std::size_t n, std::mt19937_64& rng) {
+  std::uniform_real_distribution<float> d(-2.0f, 2.0f);
+  std::vector<T> v(n);
+  for (auto& x : v) x = static_cast<T>(d(rng));
+  return v;
+}
+
+// Runs f(i) on `threads` std::threads released together (a spin barrier), and joins them.
+void run_concurrently(int threads, const std::function<void(int)>& f) {
+  std::atomic<int> ready{0};
+  std::atomic<bool> go{false};
+  std::vector<std::thread> pool;
+  for (int i = 0; i < threads; ++i)
+    pool.emplace_back([&, i] {
+      ++ready;
+      while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
+      f(i);
+    });
+  while (ready.load() < threads) std::this_thread::yield();
+  go.store(true, std::memory_order_release);
+  for (auto& t : pool) t.join();
+}
+
+// Sampled rows of x (tokens x heads x head_dim, dense) rotated to y at positions pos, against the
+// complex form in long double with theta from the rope: the kernel rounds x1*s and the fma result
+// (<= 1 ulp of |x0|+|x1| together), the cache entries are within 1 ulp of the exact cos/sin
+// (<= (|x0|+|x1|) * ulp(1), i.e. <= 2 ulp of |x0|+|x1|). Bound: 3 ulp of |x0|+|x1| in the compute
+// type, plus for f16/bf16 one storage ulp of the result (they round it once more; at least the
+// smallest subnormal spacing, f16 2^-24, bf16 2^-126 where f32 subnormals flush to zero).
+template <class T>
+void expect_matches_reference(const rotary::Rope<T>& rope, const std::vector<T>& x, const std::vector<T>& y,
+                              const std::vector<std::int64_t>& pos, std::int64_t heads, Direction dir) {
+  using C = rotary::compute_t<T>;
+  const std::int64_t d = rope.head_dim();
+  const std::int64_t tokens = static_cast<std::int64_t>(pos.size());
+  double worst = 0.0;
+  for (std::int64_t t = 0; t < tokens; t += std::max<std::int64_t>(1, tokens / 7)) {
+    for (std::int64_t h = 0; h < heads; h += std::max<std::int64_t>(1, heads - 1)) {
+      const std::size_t o = static_cast<std::size_t>((t * heads + h) * d);
+      Eigen::VectorXd xin(d);
+      for (std::int64_t i = 0; i < d; ++i)
+        xin(i) = static_cast<double>(rotary::detail::to_compute(x[o + static_cast<std::size_t>(i)]));
+      const Eigen::VectorXd ref = rotary::reference::rotate_complex(xin, rope.cache().theta(), rope.pairing(),
+                                                                    pos[static_cast<std::size_t>(t)], dir);
+      for (std::int64_t i = 0; i < d; ++i) {
+        const double got =
+            static_cast<double>(rotary::detail::to_compute(y[o + static_cast<std::size_t>(i)]));
+        double scale = std::fabs(xin(i));
+        if (i < rope.rotary_dim()) {
+          const std::int64_t pairs = rope.rotary_dim() / 2;
+          const std::int64_t j = rope.pairing() == Pairing::interleaved ? i / 2 : i % pairs;
+          scale = std::fabs(xin(rotary::reference::pair_first(rope.pairing(), j, pairs))) +
+                  std::fabs(xin(rotary::reference::pair_second(rope.pairing(), j, pairs)));
+        }
+        double tol = 3.0 * rotary_test::ulp<C>(scale);
+        if constexpr (std::is_same_v<T, rotary::f16>)
+          tol += std::max(std::fabs(ref(i)) * 0x1.0p-10, 0x1.0p-24);
+        if constexpr (std::is_same_v<T, rotary::bf16>)
+          tol += std::max(std::fabs(ref(i)) * 0x1.0p-7, 0x1.0p-126);
+        const double err = std::fabs(got - ref(i));
+        worst = std::max(worst, err / tol);
+        ASSERT_LE(err, tol) << "token " << t << " head " << h << " coordinate " << i << " position "
+                            << pos[static_cast<std::size_t>(t)];
+      }
+    }
+  }
+  ::testing::Test::RecordProperty("max_error_over_bound", std::to_string(worst));  // <= 1 by the assert
+}
+
+// ---- one shared Rope, many threads ----------------------------------------------------------------
+
+template <class T>
+class SharedRope : public ::testing::Test {};
+using StorageTypes = ::testing::Types<float, double, rotary::f16, rotary::bf16>;
+TYPED_TEST_SUITE(SharedRope, StorageTypes, );
+
+// 12 threads, one cached Rope: thread i rotates its own copy of slice i in place (positions and
+// direction differ per thread), then slice 0 of the shared const input out of place into its own
+// buffer (every thread reads the same input rows at once); each result equals the call made alone.
+TYPED_TEST(SharedRope, CachedRopeFromTwelveThreads) {
+  using T = TypeParam;
+  constexpr int kThreads = 12;
+  constexpr std::int64_t kTokens = 24, kHeads = 4, kDim = 64;
+  std::mt19937_64 rng(rotary_test::seed());
+  const rotary::Rope<T> rope(RotarySpec(kDim, Pairing::half_split, 10000.0, 48), 4096);
+  const std::size_t n = static_cast<std::size_t>(kTokens * kHeads * kDim);
+  const rotary::StridedLayout l{kTokens, kHeads, kHeads * kDim, kDim};
+  const std::vector<T> input = random_values<T>(n * kThreads, rng);
+  const auto slice = [&](int i) {
+    return std::vector<T>(input.begin() + static_cast<std::ptrdiff_t>(n) * i,
+                          input.begin() + static_cast<std::ptrdiff_t>(n) * (i + 1));
+  };
+  std::vector<std::vector<std::int64_t>> pos(kThreads);
+  for (int i = 0; i < kThreads; ++i)
+    pos[static_cast<std::size_t>(i)] = rotary_test::random_positions(kTokens, 4095, rng);
+  const auto dir_of = [](int i) { return i % 4 < 2 ? Direction::forward : Direction::inverse; };
+
+  std::vector<std::vector<T>> serial(kThreads);
+  for (int i = 0; i < kThreads; ++i) {
+    std::vector<T>& out = serial[static_cast<std::size_t>(i)];
+    out = slice(i);
+    rotary::apply_strided(rope, out.data(), l, pos[static_cast<std::size_t>(i)], dir_of(i));
+    expect_matches_reference(rope, slice(i), out, pos[static_cast<std::size_t>(i)], kHeads, dir_of(i));
+  }
+
+  std::vector<std::vector<T>> own(kThreads), shared(kThreads, std::vector<T>(n));
+  for (int i = 0; i < kThreads; ++i) own[static_cast<std::size_t>(i)] = slice(i);
+  run_concurrently(kThreads, [&](int i) {
+    const auto u = static_cast<std::size_t>(i);
+    rotary::apply_strided(rope, own[u].data(), l, pos[u], dir_of(i));
+    rotary::apply_strided(rope, input.data(), l, shared[u].data(), l, pos[0], dir_of(0));
+  });
+  for (int i = 0; i < kThreads; ++i) {
+    EXPECT_TRUE(same_bits(own[static_cast<std::size_t>(i)], serial[static_cast<std::size_t>(i)]))
+        << "thread " << i;
+    EXPECT_TRUE(same_bits(shared[static_cast<std::size_t>(i)], serial[0]))
+        << "thread " << i << ", shared input";
+  }
+}
+
+// One CosSinCache read by 12 threads at once: rows looked up directly and Ropes copied from it.
+TEST(SharedCache, RowsAndRopesFromTwelveThreads) {
+  constexpr int kThreads = 12;
+  const rotary::CosSinCache<float> cache(rotary::default_frequencies(64, 1e4), 100, 1100);
+  const RotarySpec spec(64, Pairing::interleaved);
+  std::mt19937_64 rng(rotary_test::seed() + 1);
+  const std::vector<float> x = random_values<float>(static_cast<std::size_t>(50 * 2 * 64), rng);
+  std::vector<float> want = x;
+  rotary::Rope<float> alone(spec, cache);
+  rotary::apply(alone, Eigen::Map<rotary::RowMatrix<float>>(want.data(), 100, 64),
+                Positions::contiguous(1000), 2);
+  std::vector<std::int64_t> want_pos(50);
+  for (std::int64_t t = 0; t < 50; ++t) want_pos[static_cast<std::size_t>(t)] = 1000 + t;
+  expect_matches_reference(alone, x, want, want_pos, 2, Direction::forward);
+
+  std::vector<std::vector<float>> got(kThreads, x);
+  std::atomic<int> bad_rows{0};
+  run_concurrently(kThreads, [&](int i) {
+    for (std::int64_t p = 100 + i; p < 1100; p += 97)  // every thread reads rows of the one table
+      if (cache.row(p) != cache.data() + (p - 100) * 64) ++bad_rows;
+    const rotary::Rope<float> rope(spec, cache);  // copies the shared table
+    rotary::apply(rope,
+                  Eigen::Map<rotary::RowMatrix<float>>(got[static_cast<std::size_t>(i)].data(), 100, 64),
+                  Positions::contiguous(1000), 2);
+  });
+  EXPECT_EQ(bad_rows.load(), 0);
+  for (int i = 0; i < kThreads; ++i)
+    EXPECT_TRUE(same_bits(got[static_cast<std::size_t>(i)], want)) << "thread " << i;
+}
+
+// A cache-free Rope shared by 12 threads: each computes its own rows per block (positions past 2^40).
+TEST(SharedRope, OnTheFlyRopeFromTwelveThreads) {
+  constexpr int kThreads = 12;
+  constexpr std::int64_t kTokens = 40, kHeads = 3, kDim = 32;
+  const rotary::Rope<float> rope(RotarySpec(kDim, Pairing::interleaved, 5e5), rotary::OnTheFly{});
+  std::mt19937_64 rng(rotary_test::seed() + 2);
+  const std::size_t n = static_cast<std::size_t>(kTokens * kHeads * kDim);
+  const std::vector<float> x = random_values<float>(n, rng);
+  std::vector<std::vector<std::int64_t>> pos(kThreads);
+  std::vector<std::vector<float>> serial(kThreads, x);
+  for (int i = 0; i < kThreads; ++i) {
+    auto& p = pos[static_cast<std::size_t>(i)];
+    const std::int64_t start = (std::int64_t{1} << 40) + 1000003 * i;
+    for (std::int64_t t = 0; t < kTokens; ++t)
+      p.push_back(t % 9 == 8 ? start + 5 * t : start + t);  // runs and jumps
+    rotary::apply(rope,
+                  Eigen::Map<rotary::RowMatrix<float>>(serial[static_cast<std::size_t>(i)].data(),
+                                                       kTokens * kHeads, kDim),
+                  p, kHeads);
+  }
+  // rotate_complex forms angles in long double: exact enough below 2^31, so check one thread's
+  // rotation at small positions instead (same code path, other positions).
+  {
+    std::vector<std::int64_t> small(kTokens);
+    for (std::int64_t t = 0; t < kTokens; ++t) small[static_cast<std::size_t>(t)] = 70000 + 3 * t;
+    std::vector<float> y = x;
+    rotary::apply(rope, Eigen::Map<rotary::RowMatrix<float>>(y.data(), kTokens * kHeads, kDim), small,
+                  kHeads);
+    expect_matches_reference(rope, x, y, small, kHeads, Direction::forward);
+  }
+  std::vector<std::vector<float>> got(kThreads, x);
+  run_concurrently(kThreads, [&](int i) {
+    rotary::apply(
+        rope,
+        Eigen::Map<rotary::RowMatrix<float>>(got[static_cast<std::size_t>(i)].data(), kTokens * kHeads, kDim),
+        pos[static_cast<std::size_t>(i)], kHeads);
+  });
+  for (int i = 0; i < kThreads; ++i)
+    EXPECT_TRUE(same_bits(got[static_cast<std::size_t>(i)], serial[static_cast<std::size_t>(i)]))
+        << "thread " << i;
+}
+
+// ---- dispatch ---------------------------------------------------------------------------------------
+
+// 16 threads make the first dispatch at once; all must resolve the same ISA and rotate identically.
+// Nothing in this test dispatches before the race (Rope construction does not).
+TEST(Dispatch, FirstCallRacesFromSixteenThreads) {
+  constexpr int kThreads = 16;
+  const rotary::Rope<float> rope(RotarySpec(64, Pairing::half_split), 256);
+  std::mt19937_64 rng(rotary_test::seed() + 3);
+  const std::vector<float> x = random_values<float>(8 * 2 * 64, rng);
+  for (int round = 0; round < 3; ++round) {
+    // Unresolved again (a no-op in a fresh process, whose first dispatch this then is).
+    rotary::detail::active_isa_state().store(rotary::detail::kIsaUnresolved);
+    std::vector<rotary::Isa> seen(kThreads);
+    std::vector<std::vector<float>> got(kThreads, x);
+    run_concurrently(kThreads, [&](int i) {
+      if (i % 2 == 0) seen[static_cast<std::size_t>(i)] = rotary::active_isa();
+      rotary::apply(rope,
+                    Eigen::Map<rotary::RowMatrix<float>>(got[static_cast<std::size_t>(i)].data(), 16, 64),
+                    Positions::contiguous(100), 2);
+      if (i % 2 != 0) seen[static_cast<std::size_t>(i)] = rotary::active_isa();
+    });
+    const rotary::Isa expected = rotary::detail::isa_from_environment();
+    for (int i = 0; i < kThreads; ++i) {
+      EXPECT_EQ(seen[static_cast<std::size_t>(i)], expected) << "thread " << i << " round " << round;
+      EXPECT_TRUE(same_bits(got[static_cast<std::size_t>(i)], got[0]))
+          << "thread " << i << " round " << round;
+    }
+    std::vector<std::int64_t> p(8);
+    for (std::int64_t t = 0; t < 8; ++t) p[static_cast<std::size_t>(t)] = 100 + t;
+    expect_matches_reference(rope, x, got[0], p, 2, Direction::forward);
+  }
+}
+
+// set_max_isa() from one thread while 8 others rotate: every call picks some ISA, all give the same bits.
+TEST(Dispatch, SetMaxIsaWhileOthersRotate) {
+  std::vector<rotary::Isa> isas;
+  for (const rotary::Isa isa :
+       {rotary::Isa::scalar, rotary::Isa::avx2, rotary::Isa::avx512, rotary::Isa::neon})
+    if (rotary::isa_supported(isa)) isas.push_back(isa);
+  const rotary::Rope<rotary::bf16> rope(RotarySpec(70, Pairing::interleaved, 1e4, 64), 512);
+  std::mt19937_64 rng(rotary_test::seed() + 4);
+  const std::vector<rotary::bf16> x = random_values<rotary::bf16>(20 * 3 * 70, rng);
+  std::vector<rotary::bf16> want = x;
+  const rotary::StridedLayout l{20, 3, 3 * 70, 70};
+  rotary::set_max_isa(rotary::Isa::scalar);
+  rotary::apply_strided(rope, want.data(), l, Positions::contiguous(300));
+  std::vector<std::int64_t> p(20);
+  for (std::int64_t t = 0; t < 20; ++t) p[static_cast<std::size_t>(t)] = 300 + t;
+  expect_matches_reference(rope, x, want, p, 3, Direction::forward);
+
+  constexpr int kRotators = 8;
+  std::vector<int> mismatches(kRotators + 1, 0);
+  std::atomic<int> running{kRotators};
+  run_concurrently(kRotators + 1, [&](int i) {
+    if (i == kRotators) {  // the switcher
+      for (std::size_t k = 0; running.load() > 0; ++k) rotary::set_max_isa(isas[k % isas.size()]);
+      return;
+    }
+    for (int rep = 0; rep < 20; ++rep) {
+      std::vector<rotary::bf16> y = x;
+      rotary::apply_strided(rope, y.data(), l, Positions::contiguous(300));
+      if (!same_bits(y, want)) ++mismatches[static_cast<std::size_t>(i)];
+    }
+    --running;
+  });
+  rotary::set_max_isa(rotary::best_isa());
+  for (int i = 0; i < kRotators; ++i) EXPECT_EQ(mismatches[static_cast<std::size_t>(i)], 0) << "thread " << i;
+}
+
+// ---- ParallelFor hooks ------------------------------------------------------------------------------
+
+// A persistent pool, as engines have: `workers` threads wait on a condition variable; each call splits
+// [0, n) into workers + 1 parts (the caller runs the first) and returns when every part is done.
+// One call at a time per pool (callers serialise on call_mutex_).
+class Pool {
+ public:
+  explicit Pool(int workers) {
+    for (int i = 0; i < workers; ++i) threads_.emplace_back([this, i] { work(i + 1); });
+  }
+  Pool(const Pool&) = delete;
+  Pool& operator=(const Pool&) = delete;
+  ~Pool() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+
+  rotary::ParallelFor parallel_for() {
+    return [this](std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& body) {
+      std::lock_guard<std::mutex> call(call_mutex_);
+      const auto parts = static_cast<std::int64_t>(threads_.size() + 1);
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        body_ = &body;
+        n_ = n;
+        parts_ = parts;
+        pending_ = static_cast<int>(threads_.size());
+        ++generation_;
+      }
+      wake_.notify_all();
+      run_part(body, n, parts, 0);
+      std::unique_lock<std::mutex> lock(mutex_);
+      done_.wait(lock, [this] { return pending_ == 0; });
+      body_ = nullptr;
+    };
+  }
+
+ private:
+  static void run_part(const std::function<void(std::int64_t, std::int64_t)>& body, std::int64_t n,
+                       std::int64_t parts, std::int64_t i) {
+    const std::int64_t b = rotary::split_bound(n, parts, i);
+    const std::int64_t e = rotary::split_bound(n, parts, i + 1);
+    if (b < e) body(b, e);
+  }
+
+  void work(std::int64_t index) {
+    std::uint64_t seen = 0;
+    while (true) {
+      const std::function<void(std::int64_t, std::int64_t)>* body = nullptr;
+      std::int64_t n = 0;
+      std::int64_t parts = 0;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
+        if (stop_) return;
+        seen = generation_;
+        body = body_;
+        n = n_;
+        parts = parts_;
+      }
+      run_part(*body, n, parts, index);
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        --pending_;
+      }
+      done_.notify_one();
+    }
+  }
+
+  std::vector<std::thread> threads_;
+  std::mutex call_mutex_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::condition_variable done_;
+  const std::function<void(std::int64_t, std::int64_t)>* body_ = nullptr;
+  std::int64_t n_ = 0;
+  std::int64_t parts_ = 1;
+  int pending_ = 0;
+  std::uint64_t generation_ = 0;
+  bool stop_ = false;
+};
+
+// Every ParallelFor under test: thread_parallel_for at several widths and two persistent pools.
+struct Hooks {
+  Pool pool3{3};
+  Pool pool7{7};
+  std::vector<std::pair<std::string, rotary::ParallelFor>> all() {
+    return {{"thread_parallel_for(2)", rotary::thread_parallel_for(2)},
+            {"thread_parallel_for(5)", rotary::thread_parallel_for(5)},
+            {"thread_parallel_for(16)", rotary::thread_parallel_for(16)},
+            {"pool(4)", pool3.parallel_for()},
+            {"pool(8)", pool7.parallel_for()}};
+  }
+};
+
+TEST(ParallelForHooks, ApplyFusedAndOnTheFly) {
+  Hooks hooks;
+  std::mt19937_64 rng(rotary_test::seed() + 5);
+  constexpr std::int64_t kTokens = 67, kQ = 8, kK = 2, kDim = 64;
+  const rotary::Rope<float> cached(RotarySpec(kDim, Pairing::half_split, 5e5), 1 << 12);
+  const rotary::Rope<float> fly(RotarySpec(kDim, Pairing::interleaved, 1e4, 32), rotary::OnTheFly{});
+  const std::vector<std::int64_t> pos = rotary_test::random_positions(kTokens, 4095, rng);
+  const std::vector<float> q0 = random_values<float>(static_cast<std::size_t>(kTokens * kQ * kDim), rng);
+  const std::vector<float> k0 = random_values<float>(static_cast<std::size_t>(kTokens * kK * kDim), rng);
+  const auto rows = [](std::vector<float>& v, std::int64_t heads) {
+    return Eigen::Map<rotary::RowMatrix<float>>(v.data(), kTokens * heads, kDim);
+  };
+  for (const rotary::Rope<float>* rope : {&cached, &fly}) {
+    std::vector<float> q_serial = q0, k_serial = k0;
+    rotary::apply_qk(*rope, rows(q_serial, kQ), rows(k_serial, kK), pos, kQ, kK);
+    expect_matches_reference(*rope, q0, q_serial, pos, kQ, Direction::forward);
+    expect_matches_reference(*rope, k0, k_serial, pos, kK, Direction::forward);
+    for (auto& [name, hook] : hooks.all()) {
+      std::vector<float> q = q0, k = k0;
+      rotary::apply_qk(*rope, rows(q, kQ), rows(k, kK), pos, kQ, kK, Direction::forward, hook);
+      EXPECT_TRUE(same_bits(q, q_serial) && same_bits(k, k_serial))
+          << name << (rope == &fly ? " on the fly" : "");
+      std::vector<float> one = q0;
+      rotary::apply(*rope, rows(one, kQ), pos, kQ, Direction::forward, hook);
+      EXPECT_TRUE(same_bits(one, q_serial)) << name;
+    }
+  }
+}
+
+TEST(ParallelForHooks, BatchLayoutsAndVarlen) {
+  Hooks hooks;
+  std::mt19937_64 rng(rotary_test::seed() + 6);
+  const rotary::Rope<rotary::f16> rope(RotarySpec(48, Pairing::half_split), 2048);
+  const rotary::BatchShape sh{3, 37, 4, 48};
+  const std::size_t n = static_cast<std::size_t>(3 * 37 * 4 * 48);
+  const std::vector<rotary::f16> x = random_values<rotary::f16>(n, rng);
+  const rotary::SequencePositions pos = rotary::SequencePositions::starts({5, 900, 0});
+  for (const rotary::Layout layout : {rotary::Layout::bshd, rotary::Layout::bhsd, rotary::Layout::sbhd}) {
+    std::vector<rotary::f16> serial = x;
+    rotary::apply_batch(rope, layout, serial.data(), sh, pos);
+    if (layout == rotary::Layout::bshd) {  // bshd: token-major rows; check sequence 1 against the reference
+      const std::size_t seq = static_cast<std::size_t>(37 * 4 * 48);
+      const std::vector<rotary::f16> xin(x.begin() + seq, x.begin() + 2 * seq);
+      const std::vector<rotary::f16> yout(serial.begin() + seq, serial.begin() + 2 * seq);
+      std::vector<std::int64_t> p(37);
+      for (std::int64_t t = 0; t < 37; ++t) p[static_cast<std::size_t>(t)] = 900 + t;
+      expect_matches_reference(rope, xin, yout, p, 4, Direction::forward);
+    }
+    for (auto& [name, hook] : hooks.all()) {
+      std::vector<rotary::f16> y = x;
+      rotary::apply_batch(rope, layout, y.data(), sh, pos, Direction::forward, hook);
+      EXPECT_TRUE(same_bits(y, serial)) << name << " " << rotary::to_string(layout);
+    }
+  }
+  // Packed varlen: sequences of 0, 50, 1 and 60 tokens, restarting at 0.
+  const std::vector<std::int64_t> cu{0, 0, 50, 51, 111};
+  const std::size_t total = static_cast<std::size_t>(111 * 4 * 48);
+  const std::vector<rotary::f16> packed = random_values<rotary::f16>(total, rng);
+  const rotary::StridedLayout l{111, 4, 4 * 48, 48};
+  std::vector<rotary::f16> serial = packed;
+  rotary::apply_varlen(rope, serial.data(), l, cu, rotary::SequencePositions::restart());
+  for (auto& [name, hook] : hooks.all()) {
+    std::vector<rotary::f16> y = packed;
+    rotary::apply_varlen(rope, y.data(), l, cu, rotary::SequencePositions::restart(), Direction::forward,
+                         hook);
+    EXPECT_TRUE(same_bits(y, serial)) << name << " varlen";
+  }
+}
+
+TEST(ParallelForHooks, ShiftAndRerotateKeys) {
+  Hooks hooks;
+  std::mt19937_64 rng(rotary_test::seed() + 7);
+  constexpr std::int64_t kTokens = 45, kHeads = 2, kDim = 64;
+  const rotary::Rope<float> from(RotarySpec(kDim, Pairing::half_split, 1e4), 64);
+  const rotary::Rope<float> to(RotarySpec(kDim, Pairing::half_split, 5e5), 64);
+  const std::vector<float> keys =
+      random_values<float>(static_cast<std::size_t>(kTokens * kHeads * kDim), rng);
+  const std::vector<std::int64_t> pos = rotary_test::random_positions(kTokens, 100000, rng);
+  const auto rows = [](std::vector<float>& v) {
+    return Eigen::Map<rotary::RowMatrix<float>>(v.data(), kTokens * kHeads, kDim);
+  };
+  std::vector<float> shifted = keys, rerotated = keys;
+  rotary::shift_keys(from, rows(shifted), -37, kHeads);
+  rotary::rerotate_keys(from, to, rows(rerotated), pos, kHeads);
+  for (auto& [name, hook] : hooks.all()) {
+    std::vector<float> s = keys, r = keys;
+    rotary::shift_keys(from, rows(s), -37, kHeads, hook);
+    rotary::rerotate_keys(from, to, rows(r), pos, kHeads, hook);
+    EXPECT_TRUE(same_bits(s, shifted)) << name << " shift_keys";
+    EXPECT_TRUE(same_bits(r, rerotated)) << name << " rerotate_keys";
+  }
+}
+
+// Several callers at once, each splitting its own call over its own pool or thread_parallel_for
+// (threads inside threads), on one shared Rope.
+TEST(ParallelForHooks, ConcurrentCallersEachSplitting) {
+  constexpr int kCallers = 6;
+  constexpr std::int64_t kTokens = 50, kHeads = 4, kDim = 32;
+  const rotary::Rope<double> rope(RotarySpec(kDim, Pairing::interleaved), 1024);
+  std::mt19937_64 rng(rotary_test::seed() + 8);
+  const std::vector<double> x = random_values<double>(static_cast<std::size_t>(kTokens * kHeads * kDim), rng);
+  std::vector<double> serial = x;
+  const rotary::StridedLayout l{kTokens, kHeads, kHeads * kDim, kDim};
+  rotary::apply_strided(rope, serial.data(), l, Positions::contiguous(77));
+  std::vector<std::int64_t> p(kTokens);
+  for (std::int64_t t = 0; t < kTokens; ++t) p[static_cast<std::size_t>(t)] = 77 + t;
+  expect_matches_reference(rope, x, serial, p, kHeads, Direction::forward);
+
+  std::vector<std::unique_ptr<Pool>> pools;
+  for (int i = 0; i < kCallers; ++i) pools.push_back(std::make_unique<Pool>(1 + i % 3));
+  std::vector<std::vector<double>> got(kCallers, x);
+  run_concurrently(kCallers, [&](int i) {
+    const rotary::ParallelFor hook =
+        i % 2 == 0 ? pools[static_cast<std::size_t>(i)]->parallel_for() : rotary::thread_parallel_for(3);
+    for (int rep = 0; rep < 3; ++rep) {
+      std::vector<double> y = x;
+      rotary::apply_strided(rope, y.data(), l, Positions::contiguous(77), Direction::forward, hook);
+      if (rep == 0) got[static_cast<std::size_t>(i)] = y;
+    }
+  });
+  for (int i = 0; i < kCallers; ++i)
+    EXPECT_TRUE(same_bits(got[static_cast<std::size_t>(i)], serial)) << "caller " << i;
+}
+
+}  // namespace
