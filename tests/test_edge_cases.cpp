@@ -31,6 +31,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -73,7 +74,13 @@ std::vector<Isa> supported_isas() {
 class IsaScope {
  public:
   explicit IsaScope(Isa isa) : saved_(rotary::active_isa()) { rotary::set_max_isa(isa); }
-  ~IsaScope() { rotary::set_max_isa(saved_); }
+  ~IsaScope() {
+    try {
+      rotary::set_max_isa(saved_);
+    } catch (...) {  // saved_ was active, so it is supported: unreachable, but a destructor must not throw
+      std::abort();
+    }
+  }
   IsaScope(const IsaScope&) = delete;
   IsaScope& operator=(const IsaScope&) = delete;
 

@@ -138,11 +138,13 @@ RowMatrix<T> rope_linear_attention(const Rope<T>& rope, detail::identity_t<Const
   if (nq > 0) apply(rope, rq, q_positions, 1);
   if (nk > 0) apply(rope, rk, k_positions, 1);
 
-  const Md fqd = fq.template cast<double>();
-  const Md fkd = fk.template cast<double>();
-  const Md rqd = rq.template cast<double>();
-  const Md rkd = rk.template cast<double>();
-  const Md vd = v.template cast<double>();
+  // References: no copy when T is double (cast<double>() is then the input itself); for float they
+  // bind the converted temporaries.
+  const Md& fqd = fq.template cast<double>();
+  const Md& fkd = fk.template cast<double>();
+  const Md& rqd = rq.template cast<double>();
+  const Md& rkd = rk.template cast<double>();
+  const Md& vd = v.template cast<double>();
   const double eps = options.eps;
   Md out(nq, v.cols());
 
