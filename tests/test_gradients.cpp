@@ -34,7 +34,10 @@ using rotary::RotarySpec;
 using rotary::RowMatrix;
 using LD = long double;
 
-constexpr LD kEpsL = std::numeric_limits<LD>::epsilon();
+// Precision assumed for the finite differences: long double, but never finer than x86's 64-bit
+// significand. Where long double is IEEE quad (AArch64), its epsilon would shrink the step to ~1e-11,
+// where the double-precision parts of the evaluated function (θ* in double) dominate the error.
+constexpr LD kEpsL = std::max(std::numeric_limits<LD>::epsilon(), static_cast<LD>(0x1p-63L));
 constexpr double kEpsD = std::numeric_limits<double>::epsilon();
 
 std::int64_t first_of(Pairing p, std::int64_t j, std::int64_t /*pairs*/) {
