@@ -155,6 +155,13 @@ double to_double(T v) {
   return static_cast<double>(static_cast<float>(v));  // f16/bf16 convert through float
 }
 
+// Bit-for-bit equality: Expect::copy and Expect::bit_exact promise identical bits, signed zeros and
+// NaN payloads included, which == cannot check.
+template <class T>
+bool same_bits(const T& a, const T& b) {
+  return std::memcmp(&a, &b, sizeof(T)) == 0;  // NOLINT(bugprone-suspicious-memory-comparison)
+}
+
 template <class T>
 void fill_random(T* data, std::size_t n, std::uint32_t seed) {
   std::mt19937 rng(seed);
@@ -539,7 +546,7 @@ void check_dtype(const char* dtype) {
           const double e = to_double(expected[i]);
           const bool ok = impl.expect == Expect::close
                               ? std::fabs(g - e) <= tolerance
-                              : std::memcmp(&got[i], &expected[i], sizeof(T)) == 0;
+                              : same_bits(got[i], expected[i]);
           if (!ok) {
             const auto d = static_cast<std::size_t>(head_dim);
             char message[512];
@@ -1038,7 +1045,8 @@ void register_batch(const char* dtype) {
     for (int round = 0; round < rounds; ++round) {
       for (const BatchCase& c : batch_cases()) {
         const std::string impl = batch_impl_name(c);
-        const std::string name = "apply/" + pairing_name + "/" + dtype + "/" + impl + "/" + to_string(c.layout);
+        std::string name = "apply/" + pairing_name;
+        name.append("/").append(dtype).append("/").append(impl).append("/").append(to_string(c.layout));
         const int id = next_id++;
         auto* b = benchmark::RegisterBenchmark(name.c_str(),
                                                [id, c, pairing](benchmark::State& state) {

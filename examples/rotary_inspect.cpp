@@ -92,7 +92,7 @@ Args parse_args(int argc, char** argv) {
     if (arg.rfind("--", 0) == 0) {
       if (const auto eq = arg.find('='); eq != std::string::npos) {
         value = arg.substr(eq + 1);
-        arg = arg.substr(0, eq);
+        arg.resize(eq);
         inline_value = true;
       }
     }

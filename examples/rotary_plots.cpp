@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -76,9 +77,12 @@ std::vector<double> linear_ticks(double lo, double hi) {
     step = m * p;
     if (step >= raw) break;
   }
+  // Count multiples of step (k * step, exactly 0 at k = 0) rather than adding step up, which
+  // accumulates rounding and could drop the last tick.
+  const auto k0 = static_cast<std::int64_t>(std::ceil(lo / step));
+  const auto k1 = static_cast<std::int64_t>(std::floor(hi / step + 1e-9));
   std::vector<double> t;
-  for (double v = std::ceil(lo / step) * step; v <= hi + 1e-9 * step; v += step)
-    t.push_back(std::fabs(v) < 1e-12 * step ? 0.0 : v);
+  for (std::int64_t k = k0; k <= k1; ++k) t.push_back(static_cast<double>(k) * step);
   return t;
 }
 
@@ -386,8 +390,9 @@ std::vector<std::pair<std::string, std::vector<double>>> spectra() {
   lr.rope_type = "longrope";
   lr.rope_theta = theta;
   lr.original_max_position_embeddings = l0;
-  for (std::int64_t j = 0; j < kHeadDim / 2; ++j) {
-    const double u = static_cast<double>(j) / static_cast<double>(kHeadDim / 2 - 1);
+  const std::int64_t pairs = kHeadDim / 2;
+  for (std::int64_t j = 0; j < pairs; ++j) {
+    const double u = static_cast<double>(j) / static_cast<double>(pairs - 1);
     lr.long_factor.push_back(1.0 + (s - 1.0) * u * u * (3.0 - 2.0 * u));
   }
   lr.short_factor = lr.long_factor;
@@ -505,9 +510,7 @@ bool self_check() {
   return ok;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   if (argc > 2 || (argc == 2 && (std::string(argv[1]) == "-h" || std::string(argv[1]) == "--help"))) {
     std::cerr << "usage: rotary-plots [output_dir]   (default ./plots)\n";
     return argc > 2 ? 2 : 0;
@@ -530,4 +533,15 @@ int main(int argc, char** argv) {
   ok &= write(dir, "attention_patterns.svg", attention_patterns());
   ok &= write(dir, "attention_envelope.svg", attention_envelope(pattern_edges));
   return ok ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {  // rotary::error, filesystem and allocation failures: say what, exit 1
+    std::cerr << "rotary-plots: " << e.what() << "\n";
+    return 1;
+  }
 }

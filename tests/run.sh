@@ -3,10 +3,11 @@
 # under AddressSanitizer + UndefinedBehaviorSanitizer, then an AArch64 cross build whose tests
 # (NEON kernels included) run under qemu-aarch64, then the threaded tests under ThreadSanitizer
 # (preset tsan) and each libFuzzer harness for ROTARY_FUZZ_SECONDS (default here 30) under ASan +
-# UBSan (preset fuzz). Installs missing Debian packages first; prints each stage's wall time.
+# UBSan (preset fuzz), and last static analysis (tests/lint.sh: clang-tidy and cppcheck, both must be
+# clean). Installs missing Debian packages first; prints each stage's wall time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash cmake/deps.sh tests cross fuzz
+bash cmake/deps.sh tests cross fuzz lint
 export ROTARY_FUZZ_SECONDS="${ROTARY_FUZZ_SECONDS:-30}"  # read by tests/fuzz/run_fuzzer.sh
 for preset in gcc clang sanitize aarch64 tsan fuzz; do
   echo "=== rotary: workflow preset '$preset' ==="
@@ -14,4 +15,8 @@ for preset in gcc clang sanitize aarch64 tsan fuzz; do
   cmake --workflow --preset "$preset"
   echo "=== rotary: workflow preset '$preset' passed in $((SECONDS - start)) s ==="
 done
-echo "=== rotary: all test workflows passed ==="
+echo "=== rotary: static analysis (tests/lint.sh) ==="
+start=$SECONDS
+bash tests/lint.sh
+echo "=== rotary: static analysis passed in $((SECONDS - start)) s ==="
+echo "=== rotary: all test workflows and static analysis passed ==="

@@ -316,6 +316,7 @@ TEST(AttentionPattern, IsTheAttentionScore) {
     const std::vector<std::pair<std::int64_t, std::int64_t>> mn = {
         {0, 0}, {7, 3}, {3, 7}, {100, 4000}, {5000, 2}};
     std::vector<std::int64_t> deltas;
+    deltas.reserve(mn.size());
     for (const auto& [m, n] : mn) deltas.push_back(n - m);
     const rotary::AttentionPattern p = rotary::attention_pattern(spec, deltas, q, k);
     for (std::size_t i = 0; i < mn.size(); ++i) {

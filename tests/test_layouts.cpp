@@ -268,11 +268,9 @@ void check_varlen_for_type() {
         rotary::apply_varlen(rope, q1.data(), ql, cu64, mode.pos, dir, rotary::thread_parallel_for(2));
         EXPECT_TRUE(same_bits(q1, q_want));
         std::vector<T> q2 = q;  // out of place, key absent
-        std::vector<T> k2 = k;
         rotary::apply_qk_varlen(rope, q.data(), ql, q2.data(), ql, static_cast<const T*>(nullptr), StridedLayout{},
                                 static_cast<T*>(nullptr), StridedLayout{}, cu64, mode.pos, dir);
         EXPECT_TRUE(same_bits(q2, q_want));
-        EXPECT_TRUE(same_bits(k2, k));
       }
     }
   }

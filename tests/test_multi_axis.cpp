@@ -558,10 +558,12 @@ TEST(MultiAxisModels, Qwen2VlVisionEncoder2D) {
     o.merge = 2;
     const std::vector<std::int64_t> g = rotary::grid_positions(2, 4, 6, 2, o);
     const auto hf = [&](const Eigen::VectorXd& x, const std::vector<std::int64_t>& pt) {
+      const std::int64_t axis_dim = d / 2;  // each axis is a 1-D RoPE of dim head_dim / 2
       std::vector<ld> rpe;
       for (std::size_t a = 0; a < 2; ++a)
-        for (ld k = 0; k < d / 4; ++k)
-          rpe.push_back(static_cast<ld>(pt[a]) / std::pow(10000.0L, 2.0L * k / (d / 2)));
+        for (std::int64_t k = 0; k < axis_dim / 2; ++k)
+          rpe.push_back(static_cast<ld>(pt[a]) /
+                        std::pow(10000.0L, 2.0L * static_cast<ld>(k) / static_cast<ld>(axis_dim)));
       std::vector<ld> emb = rpe;
       emb.insert(emb.end(), rpe.begin(), rpe.end());
       return hf_rotate_half(x, emb);
@@ -582,9 +584,10 @@ TEST(MultiAxisModels, Pixtral2D) {
   const std::vector<std::int64_t> g = rotary::grid_positions(1, 5, 7, 2);
   const auto ref = [&](const Eigen::VectorXd& x, const std::vector<std::int64_t>& pt) {
     Eigen::VectorXd y = x;
+    const std::int64_t row_pairs = d / 4;  // pairs [0, d/4) rotate by the row, the rest by the column
     for (std::int64_t j = 0; j < d / 2; ++j) {
-      const bool row = j < d / 4;
-      const ld i = row ? 2.0L * static_cast<ld>(j) : 2.0L * static_cast<ld>(j - d / 4) + 1.0L;
+      const bool row = j < row_pairs;
+      const ld i = row ? 2.0L * static_cast<ld>(j) : 2.0L * static_cast<ld>(j - row_pairs) + 1.0L;
       const ld a = static_cast<ld>(pt[row ? 0 : 1]) / std::pow(10000.0L, 2.0L * i / d);
       const std::complex<ld> z = std::complex<ld>(x(2 * j), x(2 * j + 1)) * std::polar(1.0L, a);
       y(2 * j) = static_cast<double>(z.real());
@@ -765,8 +768,8 @@ void random_cases(Pairing pairing, bool on_the_fly) {
 }
 
 const char* dtype_label(int dtype) {
-  const std::array<const char*, 4> names = {"f32", "f64", "f16", "bf16"};
-  return names[static_cast<std::size_t>(dtype)];
+  static constexpr std::array<const char*, 4> kNames{"f32", "f64", "f16", "bf16"};
+  return kNames.at(static_cast<std::size_t>(dtype));
 }
 
 class MultiAxisRandomShapes : public ::testing::TestWithParam<std::tuple<int, Pairing, bool>> {};

@@ -73,7 +73,7 @@ void compare_modes(Pairing pairing, const Positions& pos, std::int64_t tokens) {
     worst = std::max(worst, std::fabs(da - db));
   }
   // Rows differ by at most 1 float ulp (<= 2^-24 for |v| < 1): outputs by <= 2^-23 * |x0|+|x1| <= 8.
-  const double bound = std::is_same_v<T, double> ? 1e-12 : (std::is_same_v<T, float> ? 8 * 0x1p-22 : 8 * 0x1p-9);
+  const double bound = std::is_same_v<T, double> ? 1e-12 : std::is_same_v<T, float> ? 8 * 0x1p-22 : 8 * 0x1p-9;
   EXPECT_LE(worst, bound) << rotary::dtype_name<T>() << " " << rotary::to_string(pairing);
 }
 

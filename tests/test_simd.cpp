@@ -202,9 +202,9 @@ class Buffer {
   explicit Buffer(std::ptrdiff_t span) : n_(span + 2 * kSlack) {
     const std::size_t bytes = static_cast<std::size_t>(n_ + 1) * sizeof(T) + 64;
     raw_.reset(new unsigned char[bytes]);
-    auto addr = reinterpret_cast<std::uintptr_t>(raw_.get());
-    addr = (addr + 63) / 64 * 64 + sizeof(T);
-    all_ = reinterpret_cast<T*>(addr);
+    // Offset the allocation itself (no integer-to-pointer cast): to the next 64-byte boundary, plus one T.
+    const auto addr = reinterpret_cast<std::uintptr_t>(raw_.get());
+    all_ = reinterpret_cast<T*>(raw_.get() + ((addr + 63) / 64 * 64 - addr) + sizeof(T));
     fill_sentinel();
   }
   void fill_sentinel() {
@@ -373,7 +373,8 @@ std::string check_shape(const SimdCase& c, Kernel<T> kernel, const Shape& s, std
   a.q.out = got.view();
   kernel(a, 0, s.tokens);
 
-  if (!c.in_place && std::memcmp(in.all(), in_copy.all(), static_cast<std::size_t>(in.size()) * sizeof(T)))
+  const auto in_bytes = static_cast<std::size_t>(in.size()) * sizeof(T);
+  if (!c.in_place && std::memcmp(in.all(), in_copy.all(), in_bytes) != 0)
     return "the kernel wrote to its (const) input";
   // Rotated coordinates: where the scalar kernel gives NaN, any NaN will do.
   std::vector<bool> rotated(static_cast<std::size_t>(got.size()), false);
@@ -706,16 +707,18 @@ TEST(SimdRounding, Bf16HardwareMatchesIntegerRounding) {
 
 // ---- dispatch -----------------------------------------------------------------------------------
 
-// Restores the active ISA when a test that calls set_max_isa ends.
+// Restores the dispatch state (the active ISA, or "not resolved yet") when a test that calls
+// set_max_isa ends. Saves the raw state rather than calling set_max_isa, which may throw, from the
+// destructor.
 class IsaRestorer {
  public:
-  IsaRestorer() : saved_(rotary::active_isa()) {}
-  ~IsaRestorer() { rotary::set_max_isa(saved_); }
+  IsaRestorer() noexcept : saved_(rotary::detail::active_isa_state().load()) {}
+  ~IsaRestorer() { rotary::detail::active_isa_state().store(saved_); }
   IsaRestorer(const IsaRestorer&) = delete;
   IsaRestorer& operator=(const IsaRestorer&) = delete;
 
  private:
-  Isa saved_;
+  int saved_;
 };
 
 TEST(Dispatch, Names) {

@@ -54,6 +54,7 @@ void run_concurrently(int threads, const std::function<void(int)>& f) {
   std::atomic<int> ready{0};
   std::atomic<bool> go{false};
   std::vector<std::thread> pool;
+  pool.reserve(static_cast<std::size_t>(threads));
   for (int i = 0; i < threads; ++i)
     pool.emplace_back([&, i] {
       ++ready;
@@ -511,6 +512,7 @@ TEST(ParallelForHooks, ConcurrentCallersEachSplitting) {
   expect_matches_reference(rope, x, serial, p, kHeads, Direction::forward);
 
   std::vector<std::unique_ptr<Pool>> pools;
+  pools.reserve(kCallers);
   for (int i = 0; i < kCallers; ++i) pools.push_back(std::make_unique<Pool>(1 + i % 3));
   std::vector<std::vector<double>> got(kCallers, x);
   run_concurrently(kCallers, [&](int i) {

@@ -100,6 +100,7 @@ struct BatchView {
   BatchView() = default;
   BatchView(T* d, const BatchShape& s, const BatchStrides& st) noexcept : data(d), shape(s), strides(st) {}
   BatchView(T* d, Layout layout, const BatchShape& s) noexcept : data(d), shape(s), strides(dense_strides(layout, s)) {}
+  // Implicit, like T* to const T*: a mutable view passes where a read-only one is expected.
   template <class U, class = std::enable_if_t<std::is_same_v<const U, T> && !std::is_same_v<U, T>>>
   BatchView(const BatchView<U>& v) noexcept  // NOLINT(google-explicit-constructor)
       : data(v.data), shape(v.shape), strides(v.strides) {}
@@ -111,6 +112,7 @@ class CuSeqlens {
  public:
   CuSeqlens(const std::int32_t* v, std::int64_t count) noexcept : p32_(v), count_(count), wide_(false) {}
   CuSeqlens(const std::int64_t* v, std::int64_t count) noexcept : p64_(v), count_(count), wide_(true) {}
+  // Implicit on purpose, like Positions: apply_varlen(..., cu_seqlens_vector, ...).
   CuSeqlens(const std::vector<std::int32_t>& v) noexcept  // NOLINT(google-explicit-constructor)
       : CuSeqlens(v.data(), static_cast<std::int64_t>(v.size())) {}
   CuSeqlens(const std::vector<std::int64_t>& v) noexcept  // NOLINT(google-explicit-constructor)

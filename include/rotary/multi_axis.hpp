@@ -250,7 +250,7 @@ enum class AxisFrequencies { shared, per_axis, strided };
 inline Frequencies axis_frequencies(const AxisMap& map, double base, AxisFrequencies kind) {
   using detail::concat;
   if (map.pairs() == 0) throw error("axis_frequencies: the axis map is empty");
-  const Frequencies shared = default_frequencies(2 * map.pairs(), base);  // validates base
+  Frequencies shared = default_frequencies(2 * map.pairs(), base);  // validates base
   if (kind == AxisFrequencies::shared) return shared;
   const int streams = map.streams();
   if (kind == AxisFrequencies::strided) {
@@ -297,7 +297,7 @@ class AxisPositions {
   AxisPositions(const std::vector<std::int32_t>& planar, int streams)
       : AxisPositions(planar.data(), streams, tokens_of(planar.size(), streams)) {}
   // An Eigen int32/int64 matrix (or Map) with one row per stream and one column per token, in either
-  // storage order (a (3, seq) position_ids tensor).
+  // storage order (a (3, seq) position_ids tensor). Implicit on purpose, like Positions'.
   template <class Derived, class = std::enable_if_t<std::is_same_v<typename Derived::Scalar, std::int32_t> ||
                                                     std::is_same_v<typename Derived::Scalar, std::int64_t>>>
   AxisPositions(const Eigen::PlainObjectBase<Derived>& m)  // NOLINT(google-explicit-constructor)
@@ -601,14 +601,13 @@ class MultiAxisRope {
         if (!map_.uses(a)) continue;
         const auto i = static_cast<std::size_t>(a);
         m[i] = p(a, t);
-        if (t == t0) {
-          mode[i] = anchor;
-        } else if (m[i] - 1 == prev[i]) {  // m >= 0: no overflow
+        const bool first = t == t0;
+        if (!first && m[i] - 1 == prev[i]) {  // m >= 0: no overflow
           mode[i] = step;
-        } else if (m[i] == prev[i] && exact[i]) {
+        } else if (!first && m[i] == prev[i] && exact[i]) {
           mode[i] = keep;
         } else {
-          mode[i] = anchor;
+          mode[i] = anchor;  // the first token, or a jump
         }
         exact[i] = mode[i] != step;
         prev[i] = m[i];

@@ -27,6 +27,7 @@ class Positions {
       : kind_(Kind::int32), p32_(values), count_(count) {}
   Positions(const std::int64_t* values, std::int64_t count) noexcept
       : kind_(Kind::int64), p64_(values), count_(count) {}
+  // The container constructors are implicit on purpose: apply(rope, x, positions_vector, heads).
   Positions(const std::vector<std::int32_t>& v) noexcept  // NOLINT(google-explicit-constructor)
       : Positions(v.data(), static_cast<std::int64_t>(v.size())) {}
   Positions(const std::vector<std::int64_t>& v) noexcept  // NOLINT(google-explicit-constructor)
@@ -37,7 +38,8 @@ class Positions {
   Positions(const Eigen::PlainObjectBase<Derived>& v) noexcept  // NOLINT(google-explicit-constructor)
       : Positions(v.data(), static_cast<std::int64_t>(v.size())) {}
   template <class Plain, int Options>
-  Positions(const Eigen::Map<Plain, Options, Eigen::Stride<0, 0>>& v) noexcept  // NOLINT
+  // NOLINTNEXTLINE(google-explicit-constructor)
+  Positions(const Eigen::Map<Plain, Options, Eigen::Stride<0, 0>>& v) noexcept
       : Positions(v.data(), static_cast<std::int64_t>(v.size())) {}
 
   Kind kind() const noexcept { return kind_; }

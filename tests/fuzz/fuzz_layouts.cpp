@@ -670,9 +670,7 @@ bool apply_breakage(Source& in, Case<T>& c, const rotary::Rope<T>& rope) {
       View& v = c.q_in;
       if (c.q_heads >= 2) {
         v.st.head = in.ConsumeIntegralInRange<std::ptrdiff_t>(0, c.spec.head_dim - 1);
-      } else if (c.varlen && c.total() >= 2) {
-        v.st.seq = in.ConsumeIntegralInRange<std::ptrdiff_t>(0, c.spec.head_dim - 1);
-      } else if (!c.varlen && c.seq >= 2) {
+      } else if (c.varlen ? c.total() >= 2 : c.seq >= 2) {  // two tokens of one sequence
         v.st.seq = in.ConsumeIntegralInRange<std::ptrdiff_t>(0, c.spec.head_dim - 1);
       } else {
         return false;
@@ -786,6 +784,7 @@ void run(Source& in) {
   if (!odd && c.breakage == Breakage::cp_odd_length) c.breakage = Breakage::none;
   const std::vector<Token> tokens = tokens_of(c);
   std::vector<std::int64_t> positions;
+  positions.reserve(tokens.size());
   for (const Token& t : tokens) positions.push_back(t.position);
 
   std::optional<rotary::Rope<T>> rope;

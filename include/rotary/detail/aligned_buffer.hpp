@@ -16,7 +16,7 @@ template <class T>
 struct AlignedAllocator {
   using value_type = T;
   AlignedAllocator() noexcept = default;
-  template <class U>
+  template <class U>  // the rebinding constructor is implicit, as in std::allocator
   AlignedAllocator(const AlignedAllocator<U>&) noexcept {}  // NOLINT(google-explicit-constructor)
   T* allocate(std::size_t n) {
     return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{kTableAlignment}));

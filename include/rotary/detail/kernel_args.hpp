@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "../cache.hpp"
+#include "../config.hpp"
 #include "../dtype.hpp"
 #include "../positions.hpp"
 #include "../types.hpp"
@@ -60,6 +61,7 @@ struct KernelArgs {
   // The cos/sin row of token t: rotary_dim/2 cos values, then rotary_dim/2 sin values.
   const C* cos_sin_row(std::int64_t t) const noexcept {
     if (rows != nullptr) return rows + (t - rows_token0) * rotary_dim;
+    ROTARY_ASSERT(cache != nullptr);  // cache-free calls reach kernels only with rows filled
     return cache->row_at(cache->row_index(positions[t]));
   }
 };

@@ -188,6 +188,8 @@ using F16 = Narrow<f16, F16Convert>;
 // de-interleaved lanes (interleaved: even = x0, odd = x1 with cos/sin used as loaded, no duplication
 // and no swap; half_split: cos/sin de-interleaved once per token).
 struct BF16 : Narrow<bf16, BF16Convert> {
+  // Hides Narrow's packed_pairs on purpose: the kernels read S::packed_pairs as a compile-time trait.
+  // cppcheck-suppress duplInheritedMember
   static constexpr bool packed_pairs = true;
   static constexpr int PL = 32;  // stored values per packed vector
   using PMask = __mmask32;
