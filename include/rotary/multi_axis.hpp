@@ -506,18 +506,6 @@ class MultiAxisRope {
                                  rope_.rotary_dim() / 2));
     few_runs_ =
         map_.runs().size() * 8 <= static_cast<std::size_t>(map_.pairs());  // runs of >= 8 pairs on average
-    if (rope_.on_the_fly()) {
-      const cache_type& c = rope_.cache();
-      scale_ = c.attention_factor_folded() ? c.attention_factor() : 1.0;
-      for (const double theta : c.theta()) {
-        turns_.push_back(detail::to_turns(theta));
-        double s = 0.0;
-        double co = 0.0;
-        detail::exact_sincos(1, turns_.back(), s, co);
-        step_cos_.push_back(co);
-        step_sin_.push_back(s);
-      }
-    }
   }
   // The spec's own frequencies, a table for positions [0, max_position) of every axis.
   MultiAxisRope(const RotarySpec& spec, AxisMap map, std::int64_t max_position)
@@ -612,34 +600,21 @@ class MultiAxisRope {
         exact[i] = mode[i] != step;
         prev[i] = m[i];
       }
+      const detail::RowGenerator<C>& g = rope_.row_generator();  // the 1-D cache-free tables
       for (std::int64_t j = 0; j < h; ++j) {
-        const auto jj = static_cast<std::size_t>(j);
-        const std::size_t a = axis[jj];
+        const std::size_t a = axis[static_cast<std::size_t>(j)];
         if (mode[a] == anchor) {
-          detail::exact_sincos(m[a], turns_[jj], s[j], c[j]);
+          g.anchor(j, m[a], c[j], s[j]);
         } else if (mode[a] == step) {
-          const double sc = step_cos_[jj];
-          const double ss = step_sin_[jj];
-          const double nc = c[j] * sc - s[j] * ss;  // the same expressions as RowGenerator::fill
-          const double ns = s[j] * sc + c[j] * ss;
-          c[j] = nc;
-          s[j] = ns;
+          g.advance(j, c[j], s[j]);
         }
       }
-      C* row = out + (t - t0) * 2 * h;
-      for (std::int64_t j = 0; j < h; ++j) {
-        row[j] = static_cast<C>(c[j] * scale_);
-        row[h + j] = static_cast<C>(s[j] * scale_);
-      }
+      g.store_row(c, s, out + (t - t0) * 2 * h);
     }
   }
 
   Rope<T> rope_;
   AxisMap map_;
-  std::vector<detail::Turns> turns_;  // cache-free only
-  std::vector<double> step_cos_;
-  std::vector<double> step_sin_;
-  double scale_ = 1.0;
   bool few_runs_ = true;
 };
 

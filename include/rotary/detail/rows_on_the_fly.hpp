@@ -52,23 +52,35 @@ class RowGenerator {
     for (std::int64_t t = t0; t < t1; ++t) {
       const std::int64_t m = p[t];
       if (t == t0 || prev == std::numeric_limits<std::int64_t>::max() || m != prev + 1) {
-        for (std::int64_t j = 0; j < h; ++j) exact_sincos(m, turns_[static_cast<std::size_t>(j)], s[j], c[j]);
+        for (std::int64_t j = 0; j < h; ++j) anchor(j, m, c[j], s[j]);
       } else {
-        for (std::int64_t j = 0; j < h; ++j) {
-          const double sc = step_cos_[static_cast<std::size_t>(j)];
-          const double ss = step_sin_[static_cast<std::size_t>(j)];
-          const double nc = c[j] * sc - s[j] * ss;
-          const double ns = s[j] * sc + c[j] * ss;
-          c[j] = nc;
-          s[j] = ns;
-        }
+        for (std::int64_t j = 0; j < h; ++j) advance(j, c[j], s[j]);
       }
-      C* row = out + (t - t0) * 2 * h;
-      for (std::int64_t j = 0; j < h; ++j) {
-        row[j] = static_cast<C>(c[j] * scale_);
-        row[h + j] = static_cast<C>(s[j] * scale_);
-      }
+      store_row(c, s, out + (t - t0) * 2 * h);
       prev = m;
+    }
+  }
+
+  // The pieces fill is made of, for drivers that pick per pair (multi-axis RoPE): (c, s) = (cos, sin)
+  // of m * theta_j by the exact reduction; (c, s) advanced by one step of theta_j, in double; and the
+  // row [c_0..c_{h-1}, s_0..s_{h-1}] scaled by the attention factor and rounded to C. One definition,
+  // so every driver produces the same bits for the same sequence of anchors and steps.
+  void anchor(std::int64_t j, std::int64_t m, double& c, double& s) const noexcept {
+    exact_sincos(m, turns_[static_cast<std::size_t>(j)], s, c);
+  }
+  void advance(std::int64_t j, double& c, double& s) const noexcept {
+    const double sc = step_cos_[static_cast<std::size_t>(j)];
+    const double ss = step_sin_[static_cast<std::size_t>(j)];
+    const double nc = c * sc - s * ss;
+    const double ns = s * sc + c * ss;
+    c = nc;
+    s = ns;
+  }
+  void store_row(const double* c, const double* s, C* row) const noexcept {
+    const std::int64_t h = pairs();
+    for (std::int64_t j = 0; j < h; ++j) {
+      row[j] = static_cast<C>(c[j] * scale_);
+      row[h + j] = static_cast<C>(s[j] * scale_);
     }
   }
 
