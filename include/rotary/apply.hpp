@@ -155,6 +155,51 @@ Kernel<T> select_kernel() {
   return &scalar::rotate_tokens<T>;
 }
 
+// Tokens [t0, t1) of a call, in an order that walks memory the way it is laid out. Kernels go
+// token by token, each token's heads in turn: right for rows, BSHD, THD and fused QKV, whose heads
+// sit side by side in a token. Where a stream's heads lie farther apart than its tokens (BHSD: each
+// head's tokens are one contiguous run) that order touches every head at once: 2 x heads streams
+// at a large, usually power-of-two, stride, which defeats hardware prefetchers (a plain row copy in
+// that order runs at 0.7x memcpy). One head at a time walks memory in order but reloads a cos/sin
+// row per row rotated, an extra stream as large as the input (0.5-0.6x memcpy). So the call goes
+// over blocks of kHeadMajorBlock tokens, kHeadMajorGroup heads at a time: a few streams, each
+// cos/sin row loaded once per group, the block's rows (128 KiB for rotary_dim 128 in f32) in L2
+// for the next group. Measured on a Zen 4 VM, 512 tokens x 40 heads x 128 f32: groups of 1, 2, 4,
+// 8 heads ran at 0.6-0.7, 0.85, 0.95-1.1, 0.75x memcpy; blocks of 64-1024 tokens within noise.
+// Every row gets the same cos/sin and arithmetic in either order, so the bits are the same.
+constexpr std::int64_t kHeadMajorBlock = 256;
+constexpr std::int64_t kHeadMajorGroup = 4;
+
+template <class T>
+bool heads_farther_than_tokens(const StreamArgs<T>& s) noexcept {
+  const auto far = [](std::ptrdiff_t head, std::ptrdiff_t token) {
+    return (head < 0 ? -head : head) > (token < 0 ? -token : token);
+  };
+  return s.heads > 1 && (far(s.in_head_stride, s.in_token_stride) || far(s.out_head_stride, s.out_token_stride));
+}
+
+template <class T>
+void run_tokens(Kernel<T> kernel, const KernelArgs<T>& a, std::int64_t t0, std::int64_t t1) {
+  if (t1 - t0 < 2 || (!heads_farther_than_tokens(a.q) && !heads_farther_than_tokens(a.k))) {
+    kernel(a, t0, t1);  // one token (decode): one call over all its heads
+    return;
+  }
+  KernelArgs<T> one = a;  // a group of q's or k's heads
+  one.k = StreamArgs<T>{};
+  for (std::int64_t b = t0; b < t1; b += kHeadMajorBlock) {
+    const std::int64_t e = std::min(t1, b + kHeadMajorBlock);
+    for (const StreamArgs<T>* s : {&a.q, &a.k}) {
+      for (std::int64_t h = 0; h < s->heads; h += kHeadMajorGroup) {
+        one.q = *s;
+        one.q.in = s->in_row(0, h);
+        one.q.out = s->out_row(0, h);
+        one.q.heads = std::min(kHeadMajorGroup, s->heads - h);
+        kernel(one, b, e);
+      }
+    }
+  }
+}
+
 // The single place where a validated call reaches the kernels: the kernel is chosen once per call
 // (never per row), and the tokens are split over the caller's threads if it supplied a ParallelFor.
 // Runs the kernel over blocks of RowGenerator::kBlock tokens whose cos/sin rows are computed per
@@ -181,7 +226,7 @@ void run_with_row_blocks(const KernelArgs<T>& a, const FillBlock& fill_block, co
       const std::int64_t stop = std::min(end, t + kBlock);
       fill_block(t, stop, rows.data(), scratch.data());
       b.rows_token0 = t;
-      kernel(b, std::max(t, begin), stop);
+      run_tokens(kernel, b, std::max(t, begin), stop);
     }
   };
   if (!parallel || a.tokens < 2) {
@@ -204,10 +249,10 @@ void run(const KernelArgs<T>& a, const ParallelFor& parallel = {}) {
   }
   const Kernel<T> kernel = select_kernel<T>();
   if (!parallel || a.tokens < 2) {
-    kernel(a, 0, a.tokens);
+    run_tokens(kernel, a, 0, a.tokens);
     return;
   }
-  parallel(a.tokens, [&a, kernel](std::int64_t begin, std::int64_t end) { kernel(a, begin, end); });
+  parallel(a.tokens, [&a, kernel](std::int64_t begin, std::int64_t end) { run_tokens(kernel, a, begin, end); });
 }
 
 inline void throw_if(const std::string& message) {

@@ -22,6 +22,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <string>
 #include <string_view>
@@ -404,6 +405,25 @@ inline bool foldable(const BatchShape& s, const BatchStrides& st, std::ptrdiff_t
   return st.batch == s.seq * st.seq;
 }
 
+// Sequences that interleave in memory (SBHD: each token holds every sequence's heads side by side)
+// run token by token across the sequences, so the call walks the buffer in order instead of once
+// per sequence at a stride of batch x heads rows. Calls with cached rows only (cache-free calls
+// fill rows per block of one sequence; they run one sequence after another). Same bits either way.
+template <class T>
+void run_interleaved(const std::vector<KernelArgs<T>>& calls, const ParallelFor& parallel) {
+  const Kernel<T> kernel = select_kernel<T>();
+  const std::int64_t tokens = calls.front().tokens;  // every sequence of a batch has seq tokens
+  const auto range = [&calls, kernel](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t t = begin; t < end; ++t)
+      for (const KernelArgs<T>& a : calls) run_tokens(kernel, a, t, t + 1);
+  };
+  if (!parallel || tokens < 2) {
+    range(0, tokens);
+  } else {
+    parallel(tokens, range);
+  }
+}
+
 // The whole batched call: validate everything, then dispatch.
 template <class T>
 void batch_qk(bool checked, const Rope<T>& rope, const BatchView<const T>& q_in, const BatchView<T>& q_out,
@@ -507,7 +527,13 @@ void batch_qk(bool checked, const Rope<T>& rope, const BatchView<const T>& q_in,
     if (!e.empty() && pieces.size() > 1) e = concat("sequence ", &x - pieces.data(), ": ", e);
     report(checked, e);
   }
-  for (const KernelArgs<T>& a : calls) run(a, parallel);
+  const bool interleaved = calls.size() > 1 && calls.front().generator == nullptr &&
+                           std::abs(q_in.strides.batch) < std::abs(q_in.strides.seq);
+  if (interleaved) {
+    run_interleaved(calls, parallel);
+  } else {
+    for (const KernelArgs<T>& a : calls) run(a, parallel);
+  }
 }
 
 // Packed THD: tokens x heads views; every sequence is a token range, so one dispatch.
