@@ -1,4 +1,6 @@
-// Shared helpers for rotary's tests: seeded random data, ulp arithmetic, shapes.
+// Shared helpers for rotary's tests: seeded random data, ulp arithmetic, shapes; and, from
+// support_core.hpp (shared with the fuzz harnesses), storage types chosen at run time, bit patterns
+// and IsaScope.
 #ifndef ROTARY_TESTS_SUPPORT_HPP
 #define ROTARY_TESTS_SUPPORT_HPP
 
@@ -7,14 +9,18 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <initializer_list>
 #include <limits>
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <rotary/rotary.hpp>
+
+#include "support_core.hpp"
 
 #if defined(__unix__) || defined(__APPLE__)
 #include <sys/mman.h>
@@ -79,6 +85,14 @@ std::vector<T> random_vector(std::size_t n, std::mt19937_64& rng, double lo = -2
   return v;
 }
 
+template <class T>
+rotary::RowMatrix<T> random_rows(std::int64_t rows, std::int64_t cols, std::mt19937_64& rng) {
+  std::uniform_real_distribution<double> d(-2.0, 2.0);
+  rotary::RowMatrix<T> x(rows, cols);
+  for (Eigen::Index i = 0; i < x.size(); ++i) x.data()[i] = static_cast<T>(d(rng));
+  return x;
+}
+
 // Random positions in [0, max_position], always including the end points 0 and max_position.
 inline std::vector<std::int64_t> random_positions(std::size_t n, std::int64_t max_position,
                                                   std::mt19937_64& rng) {
@@ -88,6 +102,33 @@ inline std::vector<std::int64_t> random_positions(std::size_t n, std::int64_t ma
   if (n > 0) v[0] = max_position;
   if (n > 1) v[1] = 0;
   return v;
+}
+
+// A storage value as double (f16/bf16 through float: exact).
+template <class T>
+double to_d(T v) {
+  if constexpr (std::is_same_v<T, double>) {
+    return v;
+  } else {
+    return static_cast<double>(static_cast<float>(v));
+  }
+}
+
+// The storage rounding rotary documents: Eigen's round-to-nearest-even conversions, except that bf16
+// flushes f32-subnormal results to a signed zero (as AVX512-BF16 does; see dtype.hpp / README).
+template <class T>
+T narrow(rotary::compute_t<T> y) {
+  if constexpr (std::is_same_v<T, rotary::bf16>) {
+    if (y != 0.0f && std::fabs(y) < std::numeric_limits<float>::min())
+      return T(std::signbit(y) ? -0.0f : 0.0f);
+  }
+  return static_cast<T>(y);
+}
+
+// The same bits (signed zeros and NaN payloads included, which == cannot tell apart).
+template <class T>
+bool same_bits(T a, T b) {
+  return std::memcmp(&a, &b, sizeof(T)) == 0;
 }
 
 // cos/sin of the cache row for `position`, widened to double.

@@ -58,35 +58,15 @@ using rotary::Pairing;
 using rotary::Positions;
 using rotary::RotarySpec;
 using rotary::StridedLayout;
+using rotary_test::IsaScope;
+using rotary_test::narrow;
+using rotary_test::same_bits;
+using rotary_test::supported_isas;
 
 constexpr std::int64_t kInt64Max = std::numeric_limits<std::int64_t>::max();
 constexpr std::int64_t kInt64Min = std::numeric_limits<std::int64_t>::min();
 constexpr std::int64_t kInt32Max = std::numeric_limits<std::int32_t>::max();
 constexpr std::int64_t kInt32Min = std::numeric_limits<std::int32_t>::min();
-
-std::vector<Isa> supported_isas() {
-  std::vector<Isa> v;
-  for (const Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::neon})
-    if (rotary::isa_supported(isa)) v.push_back(isa);
-  return v;
-}
-
-class IsaScope {
- public:
-  explicit IsaScope(Isa isa) : saved_(rotary::active_isa()) { rotary::set_max_isa(isa); }
-  ~IsaScope() {
-    try {
-      rotary::set_max_isa(saved_);
-    } catch (...) {  // saved_ was active, so it is supported: unreachable, but a destructor must not throw
-      std::abort();
-    }
-  }
-  IsaScope(const IsaScope&) = delete;
-  IsaScope& operator=(const IsaScope&) = delete;
-
- private:
-  Isa saved_;
-};
 
 // ---- values -------------------------------------------------------------------------------------
 
@@ -96,21 +76,6 @@ using C = rotary::compute_t<T>;
 template <class T>
 C<T> widen(T x) {
   return static_cast<C<T>>(x);
-}
-
-// Storage rounding as documented: Eigen's round-to-nearest-even conversions; bf16 flushes
-// f32-subnormal results to a signed zero.
-template <class T>
-T narrow(C<T> y) {
-  if constexpr (std::is_same_v<T, rotary::bf16>) {
-    if (y != 0.0f && std::fabs(y) < FLT_MIN) return T(std::signbit(y) ? -0.0f : 0.0f);
-  }
-  return static_cast<T>(y);
-}
-
-template <class T>
-bool same_bits(T a, T b) {
-  return std::memcmp(&a, &b, sizeof(T)) == 0;
 }
 
 template <class T>

@@ -23,7 +23,7 @@ TEST_P(Fused, EqualsSeparateCalls) {
   const rotary::Isa isa = std::array<rotary::Isa, 4>{rotary::Isa::scalar, rotary::Isa::avx2, rotary::Isa::avx512,
                                                      rotary::Isa::neon}[isa_index];
   if (!rotary::isa_supported(isa)) GTEST_SKIP() << rotary::to_string(isa) << " not supported here";
-  rotary::set_max_isa(isa);
+  const rotary_test::IsaScope scope(isa);
   std::mt19937_64 rng(rotary_test::seed());
   for (auto [qh, kh] : {std::pair<std::int64_t, std::int64_t>{32, 8}, {8, 1}, {4, 4}, {3, 0}}) {
     for (std::int64_t head_dim : {64, 70, 128}) {
@@ -49,7 +49,6 @@ TEST_P(Fused, EqualsSeparateCalls) {
       rotary::apply_qk(rope, q, k, pos, qh, kh, Direction::inverse);
     }
   }
-  rotary::set_max_isa(rotary::best_isa());
 }
 
 INSTANTIATE_TEST_SUITE_P(AllIsas, Fused,

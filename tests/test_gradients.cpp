@@ -32,6 +32,8 @@ using rotary::ReceptiveField;
 using rotary::Rope;
 using rotary::RotarySpec;
 using rotary::RowMatrix;
+using rotary::reference::pair_first;
+using rotary::reference::pair_second;
 using LD = long double;
 
 // Precision assumed for the finite differences: long double, but never finer than x86's 64-bit
@@ -39,13 +41,6 @@ using LD = long double;
 // where the double-precision parts of the evaluated function (θ* in double) dominate the error.
 constexpr LD kEpsL = std::max(std::numeric_limits<LD>::epsilon(), static_cast<LD>(0x1p-63L));
 constexpr double kEpsD = std::numeric_limits<double>::epsilon();
-
-std::int64_t first_of(Pairing p, std::int64_t j, std::int64_t /*pairs*/) {
-  return p == Pairing::interleaved ? 2 * j : j;
-}
-std::int64_t second_of(Pairing p, std::int64_t j, std::int64_t pairs) {
-  return p == Pairing::interleaved ? 2 * j + 1 : j + pairs;
-}
 
 // One rotation problem: x rotated at positions, weights w = dL/dy of the linear loss L = sum w.y.
 struct Problem {
@@ -68,8 +63,8 @@ struct Problem {
   // L_j: the part of sum w.y that depends on pair j, for pair frequency theta (angle sign*m*theta),
   // times the attention factor c, all in long double.
   LD pair_loss(std::int64_t j, LD theta, LD c = 1, LD sign = 1) const {
-    const std::int64_t a = first_of(pairing, j, pairs());
-    const std::int64_t b = second_of(pairing, j, pairs());
+    const std::int64_t a = pair_first(pairing, j, pairs());
+    const std::int64_t b = pair_second(pairing, j, pairs());
     LD sum = 0;
     for (std::int64_t t = 0; t < tokens(); ++t) {
       const LD angle = sign * static_cast<LD>(positions[static_cast<std::size_t>(t)]) * theta;
@@ -88,8 +83,8 @@ struct Problem {
 
   // M * sum |w||x| over pair j: the scale of dL/dtheta_j.
   double scale(std::int64_t j) const {
-    const std::int64_t a = first_of(pairing, j, pairs());
-    const std::int64_t b = second_of(pairing, j, pairs());
+    const std::int64_t a = pair_first(pairing, j, pairs());
+    const std::int64_t b = pair_second(pairing, j, pairs());
     double s = 0.0;
     for (Eigen::Index r = 0; r < x.rows(); ++r)
       s += (std::fabs(w(r, a)) + std::fabs(w(r, b))) * (std::fabs(x(r, a)) + std::fabs(x(r, b)));
@@ -325,8 +320,8 @@ LD score_ld(const Eigen::VectorXd& q, const Eigen::VectorXd& k, const std::vecto
   LD s = 0;
   for (std::int64_t j = 0; j < pairs; ++j) {
     if (only >= 0 && j != only) continue;
-    const std::int64_t a = first_of(pairing, j, pairs);
-    const std::int64_t b = second_of(pairing, j, pairs);
+    const std::int64_t a = pair_first(pairing, j, pairs);
+    const std::int64_t b = pair_second(pairing, j, pairs);
     const std::complex<LD> zq(q(a), q(b));
     const std::complex<LD> zk(k(a), k(b));
     s += c * c *
@@ -373,8 +368,8 @@ TEST(ScoreGradient, MatchesFiniteDifferencesAndTheMatrices) {
               return score_ld(q, k, th, pairing, m, n, 1.2L, static_cast<std::int64_t>(j));
             },
             theta[j], s.u / delta);
-        const std::int64_t a = first_of(pairing, static_cast<std::int64_t>(j), rotary_dim / 2);
-        const std::int64_t b = second_of(pairing, static_cast<std::int64_t>(j), rotary_dim / 2);
+        const std::int64_t a = pair_first(pairing, static_cast<std::int64_t>(j), rotary_dim / 2);
+        const std::int64_t b = pair_second(pairing, static_cast<std::int64_t>(j), rotary_dim / 2);
         const double scale =
             static_cast<double>(delta) * 1.44 * std::hypot(q(a), q(b)) * std::hypot(k(a), k(b));
         const double rel = std::fabs(g.d_theta[j] - static_cast<double>(fd)) / scale;

@@ -74,31 +74,21 @@ using rotary::Pairing;
 using rotary::Positions;
 using rotary::SequencePositions;
 using rotary::StridedLayout;
+using rotary_test::DType;
+using rotary_test::dtype_name;
 using rotary_test::Flush;
 using rotary_test::GuardedBuffer;
+using rotary_test::IsaScope;
+using rotary_test::narrow;
+using rotary_test::same_bits;
 
 // ---- cases --------------------------------------------------------------------------------------
-
-enum class DType { f32, f64, f16, bf16 };
 
 struct GuardCase {
   Isa isa;
   DType dtype;
   Flush flush;
 };
-
-std::string dtype_name(DType d) {
-  switch (d) {
-    case DType::f32:
-      return "f32";
-    case DType::f64:
-      return "f64";
-    case DType::f16:
-      return "f16";
-    default:
-      return "bf16";
-  }
-}
 
 std::string case_name(const GuardCase& c) {
   return std::string(rotary::to_string(c.isa)) + "_" + dtype_name(c.dtype) +
@@ -114,24 +104,6 @@ std::vector<GuardCase> all_cases() {
       for (const Flush f : {Flush::end, Flush::begin}) v.push_back({isa, d, f});
   return v;
 }
-
-// Forces one ISA for the lifetime of the object, then restores the previous one.
-class IsaScope {
- public:
-  explicit IsaScope(Isa isa) : saved_(rotary::active_isa()) { rotary::set_max_isa(isa); }
-  ~IsaScope() {
-    try {
-      rotary::set_max_isa(saved_);
-    } catch (...) {  // saved_ was active, so it is supported: unreachable, but a destructor must not throw
-      std::abort();
-    }
-  }
-  IsaScope(const IsaScope&) = delete;
-  IsaScope& operator=(const IsaScope&) = delete;
-
- private:
-  Isa saved_;
-};
 
 struct Shape {
   std::int64_t head_dim;
@@ -159,22 +131,6 @@ using C = rotary::compute_t<T>;
 template <class T>
 C<T> widen(T x) {
   return static_cast<C<T>>(x);  // exact for every storage type
-}
-
-// The storage rounding rotary documents: Eigen's round-to-nearest-even conversions, except that bf16
-// flushes f32-subnormal results to a signed zero (as AVX512-BF16 does; see dtype.hpp / README).
-template <class T>
-T narrow(C<T> y) {
-  if constexpr (std::is_same_v<T, rotary::bf16>) {
-    if (y != 0.0f && std::fabs(y) < std::numeric_limits<float>::min())
-      return T(std::signbit(y) ? -0.0f : 0.0f);
-  }
-  return static_cast<T>(y);
-}
-
-template <class T>
-bool same_bits(T a, T b) {
-  return std::memcmp(&a, &b, sizeof(T)) == 0;
 }
 
 // Spacing of the 16-bit storage type at |v| (0 for f32/f64, whose rounding is the compute type's).
@@ -626,6 +582,15 @@ class Sweep {
   }
 
  private:
+  // Eigen rows with an outer stride (padding between rows).
+  using Map = Eigen::Map<rotary::RowMatrix<T>, 0, Eigen::OuterStride<>>;
+  using ConstMap = Eigen::Map<const rotary::RowMatrix<T>, 0, Eigen::OuterStride<>>;
+
+  // The tokens x heads rows of a rows layout (form_layouts' Eigen forms: a head stride per row).
+  Map row_map(T* x, const StridedLayout& sl) const {
+    return Map(x, sl.tokens * sl.heads, g_.head_dim, Eigen::OuterStride<>(sl.head_stride));
+  }
+
   std::string where(const std::string& what, const GuardedPositions* p = nullptr) const {
     return where_ + " " + what + (p != nullptr ? std::string(" (") + p->kind_name() + " positions)" : "");
   }
@@ -645,8 +610,6 @@ class Sweep {
 
   // apply / apply_unchecked over Eigen rows with an outer stride (padding between rows).
   void apply_eigen() {
-    using Map = Eigen::Map<rotary::RowMatrix<T>, 0, Eigen::OuterStride<>>;
-    using ConstMap = Eigen::Map<const rotary::RowMatrix<T>, 0, Eigen::OuterStride<>>;
     const std::int64_t rows = kTokens * kHeads;
     const std::int64_t d = g_.head_dim;
     for (int variant = 0; variant < 4; ++variant) {
@@ -720,8 +683,6 @@ class Sweep {
 
   // apply_qk over Eigen rows: in place and out of place, with a GQA key (1 head) and without key.
   void apply_qk_eigen() {
-    using Map = Eigen::Map<rotary::RowMatrix<T>, 0, Eigen::OuterStride<>>;
-    using ConstMap = Eigen::Map<const rotary::RowMatrix<T>, 0, Eigen::OuterStride<>>;
     const std::int64_t d = g_.head_dim;
     const StridedLayout ql{kTokens, kHeads, kHeads * d, d};
     const StridedLayout kl{kTokens, kKeyHeads, kKeyHeads * d, d};
@@ -843,7 +804,6 @@ class Sweep {
       verify<T>(where("OnTheFly apply_strided", &pos), g_, dir_for(kind), rows, strided_jobs(l, l, pos),
                 in.before, in.data(), out.before, out.data(), false);
       Tensor<T> x = tensor(extent(tokens, 1, d, d, d));
-      using Map = Eigen::Map<rotary::RowMatrix<T>, 0, Eigen::OuterStride<>>;
       Map m(x.data(), tokens, d, Eigen::OuterStride<>(d));
       rotary::apply(fly_, m, pos.get(), 1, dir_for(kind + 1), parallel);
       verify<T>(where("OnTheFly apply in place", &pos), g_, dir_for(kind + 1), rows, strided_jobs(l, l, pos),
@@ -1109,7 +1069,6 @@ class Sweep {
   // rerotate.hpp: shift_keys (one delta, per-token deltas), their strided forms, rerotate_keys and
   // rerotate_keys_strided.
   void rerotate() {
-    using Map = Eigen::Map<rotary::RowMatrix<T>, 0, Eigen::OuterStride<>>;
     const std::int64_t d = g_.head_dim;
     const std::int64_t rows_n = kTokens * kHeads;
     const StridedLayout dense{kTokens, kHeads, kHeads * d, d};
@@ -1318,14 +1277,9 @@ class Sweep {
   void multi_axis_call(const rotary::MultiAxisRope<T>& r, const Variant& v, const FormLayouts& l, T* qi,
                        T* qo, T* ki, T* ko, const rotary::AxisPositions& p, Direction dir,
                        const rotary::ParallelFor& parallel) const {
-    using Map = Eigen::Map<rotary::RowMatrix<T>, 0, Eigen::OuterStride<>>;
-    const std::int64_t d = g_.head_dim;
-    const auto map = [d](T* x, const StridedLayout& sl) {
-      return Map(x, sl.tokens * sl.heads, d, Eigen::OuterStride<>(sl.head_stride));
-    };
     switch (v.form) {
       case Form::eigen: {
-        Map in = map(qi, l.qi);
+        Map in = row_map(qi, l.qi);
         if (v.in_place) {
           if (v.unchecked) {
             rotary::apply_unchecked(r, in, p, kHeads, dir, parallel);
@@ -1333,7 +1287,7 @@ class Sweep {
             rotary::apply(r, in, p, kHeads, dir, parallel);
           }
         } else {
-          Map out = map(qo, l.qo);
+          Map out = row_map(qo, l.qo);
           if (v.unchecked) {
             rotary::apply_unchecked(r, in, out, p, kHeads, dir, parallel);
           } else {
@@ -1352,14 +1306,14 @@ class Sweep {
         }
         break;
       case Form::qk_eigen: {  // no unchecked Eigen form for q+k
-        Map q = map(qi, l.qi);
-        Map k = map(ki, l.ki);
+        Map q = row_map(qi, l.qi);
+        Map k = row_map(ki, l.ki);
         const std::int64_t k_heads = l.ki.heads;
         if (v.in_place) {
           rotary::apply_qk(r, q, k, p, kHeads, k_heads, dir, parallel);
         } else {
-          Map q_out = map(qo, l.qo);
-          Map k_out = map(ko, l.ko);
+          Map q_out = row_map(qo, l.qo);
+          Map k_out = row_map(ko, l.ko);
           rotary::apply_qk(r, q, q_out, k, k_out, p, kHeads, k_heads, dir, parallel);
         }
         break;
@@ -1453,14 +1407,9 @@ class Sweep {
   void xpos_call(const rotary::XPos<T>& xp, const Variant& v, bool query, const FormLayouts& l, T* qi, T* qo,
                  T* ki, T* ko, const Positions& p, double c, Direction dir,
                  const rotary::ParallelFor& parallel) const {
-    using Map = Eigen::Map<rotary::RowMatrix<T>, 0, Eigen::OuterStride<>>;
-    const std::int64_t d = g_.head_dim;
-    const auto map = [d](T* x, const StridedLayout& sl) {
-      return Map(x, sl.tokens * sl.heads, d, Eigen::OuterStride<>(sl.head_stride));
-    };
     switch (v.form) {
       case Form::eigen: {
-        Map in = map(qi, l.qi);
+        Map in = row_map(qi, l.qi);
         if (v.in_place) {
           if (v.unchecked) {
             query ? xp.apply_q_unchecked(in, p, kHeads, c, dir, parallel)
@@ -1469,7 +1418,7 @@ class Sweep {
             query ? xp.apply_q(in, p, kHeads, c, dir, parallel) : xp.apply_k(in, p, kHeads, c, dir, parallel);
           }
         } else {
-          Map out = map(qo, l.qo);
+          Map out = row_map(qo, l.qo);
           if (v.unchecked) {
             query ? xp.apply_q_unchecked(in, out, p, kHeads, c, dir, parallel)
                   : xp.apply_k_unchecked(in, out, p, kHeads, c, dir, parallel);
@@ -1495,8 +1444,8 @@ class Sweep {
         break;
       }
       case Form::qk_eigen: {
-        Map q = map(qi, l.qi);
-        Map k = map(ki, l.ki);
+        Map q = row_map(qi, l.qi);
+        Map k = row_map(ki, l.ki);
         const std::int64_t k_heads = l.ki.heads;
         if (v.in_place) {
           if (v.unchecked) {
@@ -1505,8 +1454,8 @@ class Sweep {
             xp.apply_qk(q, k, p, kHeads, k_heads, c, dir, parallel);
           }
         } else {  // no unchecked out-of-place Eigen form
-          Map q_out = map(qo, l.qo);
-          Map k_out = map(ko, l.ko);
+          Map q_out = row_map(qo, l.qo);
+          Map k_out = row_map(ko, l.ko);
           xp.apply_qk(q, q_out, k, k_out, p, kHeads, k_heads, c, dir, parallel);
         }
         break;
@@ -1530,7 +1479,6 @@ class Sweep {
   // twin's bit for bit, and q, k, v stay untouched.
   void linear_attention() {
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-      using ConstMap = Eigen::Map<const rotary::RowMatrix<T>, 0, Eigen::OuterStride<>>;
       const std::int64_t d = g_.head_dim;
       const std::int64_t dv = 5;
       for (int variant = 0; variant < 4; ++variant) {
@@ -1586,7 +1534,6 @@ class Sweep {
   // its rounding bound, and y, dy stay untouched. input_gradient (both forms) is the rotation in the
   // opposite direction: check_call with the cache's rows.
   void gradients() {
-    using ConstMap = Eigen::Map<const rotary::RowMatrix<T>, 0, Eigen::OuterStride<>>;
     const std::int64_t d = g_.head_dim;
     const std::int64_t pairs = g_.rotary_dim / 2;
     const auto signed_positions = [this](int kind, std::int64_t tokens) {
@@ -1683,7 +1630,6 @@ class Sweep {
                      pos.kind_name() + " positions)",
                  rotary::opposite(forward_dir), pos.values(), rows, rows, l, in_place,
                  [&](Mem m, T* gi, T* go, T*, T*) {
-                   using Map = Eigen::Map<rotary::RowMatrix<T>, 0, Eigen::OuterStride<>>;
                    if (in_place) {
                      Map g(gi, kTokens * kHeads, d, Eigen::OuterStride<>(l.qi.head_stride));
                      rotary::input_gradient(rope_, g, pos.get(m), kHeads, forward_dir);
@@ -1749,20 +1695,7 @@ TEST_P(GuardPages, EveryEntryPoint) {
   const GuardCase c = GetParam();
   if (!rotary::isa_supported(c.isa)) GTEST_SKIP() << rotary::to_string(c.isa) << " is not supported here";
   const IsaScope scope(c.isa);
-  switch (c.dtype) {
-    case DType::f32:
-      sweep<float>(c);
-      break;
-    case DType::f64:
-      sweep<double>(c);
-      break;
-    case DType::f16:
-      sweep<rotary::f16>(c);
-      break;
-    default:
-      sweep<rotary::bf16>(c);
-      break;
-  }
+  rotary_test::with_dtype(c.dtype, [&c](auto tag) { sweep<typename decltype(tag)::type>(c); });
   if (c.dtype == DType::f32 || c.dtype == DType::f64)
     std::printf("[          ] cache-free / re-rotation rows: max |y - y_ref| / (|x0| + |x1|) so far %.3g\n",
                 worst_relative(c.dtype == DType::f64));

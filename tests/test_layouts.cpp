@@ -432,7 +432,7 @@ TEST(Layouts, EveryIsaSameBits) {
     std::vector<rotary::bf16> first;
     for (rotary::Isa isa : {rotary::Isa::scalar, rotary::Isa::avx2, rotary::Isa::avx512, rotary::Isa::neon}) {
       if (!rotary::isa_supported(isa)) continue;
-      rotary::set_max_isa(isa);
+      const rotary_test::IsaScope scope(isa);
       std::vector<rotary::bf16> y = x;
       rotary::apply_batch(rope, layout, y.data(), sh, SequencePositions::starts({5, 200}));
       if (first.empty()) {
@@ -441,7 +441,6 @@ TEST(Layouts, EveryIsaSameBits) {
         EXPECT_TRUE(same_bits(y, first)) << rotary::to_string(isa) << " " << rotary::to_string(layout);
       }
     }
-    rotary::set_max_isa(rotary::best_isa());
   }
 }
 

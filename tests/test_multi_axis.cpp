@@ -30,6 +30,8 @@ using rotary::MultiAxisRope;
 using rotary::Pairing;
 using rotary::Positions;
 using rotary::RowMatrix;
+using rotary_test::random_rows;
+using rotary_test::to_d;
 
 using ld = long double;
 
@@ -84,15 +86,6 @@ Eigen::VectorXd complex_ref(const Geometry& g, const std::vector<std::int64_t>& 
     y(i1) = static_cast<double>(w.imag());
   }
   return y;
-}
-
-template <class T>
-double to_d(T v) {
-  return static_cast<double>(static_cast<float>(v));
-}
-template <>
-double to_d<double>(double v) {
-  return v;
 }
 
 template <class T>
@@ -176,14 +169,6 @@ std::vector<std::vector<std::int64_t>> per_token(const std::vector<std::int64_t>
 
 std::vector<int> axis_vector(const AxisMap& map) {
   return std::vector<int>(map.axis_of_pair().begin(), map.axis_of_pair().end());
-}
-
-template <class T>
-RowMatrix<T> random_rows(std::int64_t rows, std::int64_t cols, std::mt19937_64& rng) {
-  std::uniform_real_distribution<double> d(-2.0, 2.0);
-  RowMatrix<T> x(rows, cols);
-  for (Eigen::Index i = 0; i < x.size(); ++i) x.data()[i] = static_cast<T>(d(rng));
-  return x;
 }
 
 template <class T>
@@ -816,7 +801,7 @@ TEST(MultiAxisKernels, EveryIsaGivesTheSameBits) {
   for (const rotary::Isa isa :
        {rotary::Isa::scalar, rotary::Isa::avx2, rotary::Isa::avx512, rotary::Isa::neon}) {
     if (!rotary::isa_supported(isa)) continue;
-    rotary::set_max_isa(isa);
+    const rotary_test::IsaScope scope(isa);
     RowMatrix<float> y(x.rows(), x.cols());
     rotary::apply(mrope, x, y, AxisPositions(planar, 3), 5);
     if (isa == rotary::Isa::scalar) {
@@ -825,7 +810,6 @@ TEST(MultiAxisKernels, EveryIsaGivesTheSameBits) {
       EXPECT_TRUE(same_bits(y, reference)) << rotary::to_string(isa);
     }
   }
-  rotary::set_max_isa(rotary::best_isa());
 }
 
 TEST(MultiAxisFused, GqaEqualsSeparateCallsAndThreadsDoNotChangeBits) {

@@ -16,6 +16,7 @@ using rotary::Rope;
 using rotary::RopeParameters;
 using rotary::RotarySpec;
 using rotary::ScalingInput;
+using rotary_test::to_d;
 
 template <class T>
 using C = rotary::compute_t<T>;
@@ -63,15 +64,6 @@ Frequencies dynamic(std::int64_t d, std::int64_t seq_len) {
   in.max_position_embeddings = 4096;
   in.seq_len = seq_len;
   return rotary::scaled_frequencies(p, in);
-}
-
-template <class T>
-double to_d(T v) {
-  return static_cast<double>(static_cast<float>(v));
-}
-template <>
-double to_d<double>(double v) {
-  return v;
 }
 
 // max over rows of max_i |got - want| / ulp<T>(row scale), row scale = max_i |want| over the head.

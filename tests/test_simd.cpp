@@ -40,6 +40,13 @@ using rotary::Direction;
 using rotary::Isa;
 using rotary::Pairing;
 using rotary::detail::KernelArgs;
+using rotary_test::Bits;
+using rotary_test::DType;
+using rotary_test::dtype_name;
+using rotary_test::from_bits;
+using rotary_test::is_nan;
+using rotary_test::IsaScope;
+using rotary_test::to_bits;
 
 constexpr Isa kAllIsas[] = {Isa::scalar, Isa::avx2, Isa::avx512, Isa::neon};
 
@@ -62,21 +69,6 @@ Kernel<T> kernel_for(Isa isa) {
 }
 
 // ---- parameters ---------------------------------------------------------------------------------
-
-enum class DType { f32, f64, f16, bf16 };
-
-std::string dtype_name(DType d) {
-  switch (d) {
-    case DType::f32:
-      return "f32";
-    case DType::f64:
-      return "f64";
-    case DType::f16:
-      return "f16";
-    default:
-      return "bf16";
-  }
-}
 
 struct SimdCase {
   Isa isa;
@@ -151,47 +143,6 @@ std::ptrdiff_t span(const Layout& l, std::int64_t tokens, std::int64_t heads, st
 }
 
 // ---- buffers ------------------------------------------------------------------------------------
-
-template <class T>
-struct Bits;
-template <>
-struct Bits<float> {
-  using U = std::uint32_t;
-  static constexpr U sentinel = 0x7FA5A5A5u;  // a signalling NaN: no arithmetic produces it
-};
-template <>
-struct Bits<double> {
-  using U = std::uint64_t;
-  static constexpr U sentinel = 0x7FF4A5A5A5A5A5A5ull;
-};
-template <>
-struct Bits<rotary::f16> {
-  using U = std::uint16_t;
-  static constexpr U sentinel = 0x7D5Au;  // signalling: stores only ever write quiet NaNs
-};
-template <>
-struct Bits<rotary::bf16> {
-  using U = std::uint16_t;
-  static constexpr U sentinel = 0x7FA5u;
-};
-
-template <class T>
-T from_bits(typename Bits<T>::U u) {
-  T x;
-  std::memcpy(static_cast<void*>(&x), &u, sizeof x);
-  return x;
-}
-template <class T>
-typename Bits<T>::U to_bits(T x) {
-  typename Bits<T>::U u;
-  std::memcpy(&u, static_cast<const void*>(&x), sizeof u);
-  return u;
-}
-
-template <class T>
-bool is_nan(T x) {
-  return std::isnan(rotary::detail::to_compute(x));
-}
 
 // A view of `span` elements with `slack` sentinel elements on both sides, whose first element sits
 // one element past a 64-byte boundary (every vector access is unaligned).
@@ -473,27 +424,19 @@ TEST_P(SimdVsScalar, BitExact) {
   const SimdCase c = GetParam();
   if (!rotary::isa_supported(c.isa))
     GTEST_SKIP() << "ISA " << rotary::to_string(c.isa) << " is not supported on this CPU/build";
-  switch (c.dtype) {
-    case DType::f32:
-      sweep<float>(c);
-      break;
-    case DType::f64:
-      sweep<double>(c);
-      break;
-    case DType::f16:
-      sweep<rotary::f16>(c);
-      break;
-    case DType::bf16:
+  rotary_test::with_dtype(c.dtype, [&c](auto tag) {
+    using T = typename decltype(tag)::type;
 #if ROTARY_X86_KERNELS
+    if constexpr (std::is_same_v<T, rotary::bf16>) {
       if (c.isa == Isa::avx512) {
         sweep_avx512_bf16(
             c, [&c](Kernel<rotary::bf16> k, const char* variant) { sweep<rotary::bf16>(c, k, variant); });
-        break;
+        return;
       }
+    }
 #endif
-      sweep<rotary::bf16>(c);
-      break;
-  }
+    sweep<T>(c);
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(Kernels, SimdVsScalar, ::testing::ValuesIn(all_cases()),
@@ -707,20 +650,6 @@ TEST(SimdRounding, Bf16HardwareMatchesIntegerRounding) {
 
 // ---- dispatch -----------------------------------------------------------------------------------
 
-// Restores the dispatch state (the active ISA, or "not resolved yet") when a test that calls
-// set_max_isa ends. Saves the raw state rather than calling set_max_isa, which may throw, from the
-// destructor.
-class IsaRestorer {
- public:
-  IsaRestorer() noexcept : saved_(rotary::detail::active_isa_state().load()) {}
-  ~IsaRestorer() { rotary::detail::active_isa_state().store(saved_); }
-  IsaRestorer(const IsaRestorer&) = delete;
-  IsaRestorer& operator=(const IsaRestorer&) = delete;
-
- private:
-  int saved_;
-};
-
 TEST(Dispatch, Names) {
   for (const Isa isa : kAllIsas) EXPECT_EQ(rotary::parse_isa(rotary::to_string(isa)), isa);
   EXPECT_EQ(rotary::to_string(Isa::avx512), "avx512");
@@ -755,7 +684,7 @@ TEST(Dispatch, Supported) {
 }
 
 TEST(Dispatch, SetMaxIsa) {
-  IsaRestorer restore;
+  const IsaScope restore;
   for (const Isa isa : kAllIsas) {
     if (rotary::isa_supported(isa)) {
       rotary::set_max_isa(isa);
@@ -776,7 +705,7 @@ TEST(Dispatch, SetMaxIsa) {
 
 // Through the public API: each selectable ISA gives the scalar kernel's bits.
 TEST(Dispatch, ApplyUsesEachIsa) {
-  IsaRestorer restore;
+  const IsaScope restore;
   for (const Pairing p : {Pairing::half_split, Pairing::interleaved}) {
     const rotary::Rope<float> rope(rotary::RotarySpec(70, p, 10000.0, 50), 40);
     const std::int64_t tokens = 9;
@@ -834,7 +763,7 @@ void check_dispatch_dtype() {
 }
 
 TEST(Dispatch, ApplyUsesEachIsaForF16AndBf16) {
-  IsaRestorer restore;
+  const IsaScope restore;
   check_dispatch_dtype<rotary::f16>();
   check_dispatch_dtype<rotary::bf16>();
 }

@@ -270,16 +270,13 @@ TEST(Dispatch, FirstCallRacesFromSixteenThreads) {
 
 // set_max_isa() from one thread while 8 others rotate: every call picks some ISA, all give the same bits.
 TEST(Dispatch, SetMaxIsaWhileOthersRotate) {
-  std::vector<rotary::Isa> isas;
-  for (const rotary::Isa isa :
-       {rotary::Isa::scalar, rotary::Isa::avx2, rotary::Isa::avx512, rotary::Isa::neon})
-    if (rotary::isa_supported(isa)) isas.push_back(isa);
+  const std::vector<rotary::Isa>& isas = rotary_test::supported_isas();
   const rotary::Rope<rotary::bf16> rope(RotarySpec(70, Pairing::interleaved, 1e4, 64), 512);
   std::mt19937_64 rng(rotary_test::seed() + 4);
   const std::vector<rotary::bf16> x = random_values<rotary::bf16>(20 * 3 * 70, rng);
   std::vector<rotary::bf16> want = x;
   const rotary::StridedLayout l{20, 3, 3 * 70, 70};
-  rotary::set_max_isa(rotary::Isa::scalar);
+  const rotary_test::IsaScope scope(rotary::Isa::scalar);  // `want` from scalar; undoes the switcher
   rotary::apply_strided(rope, want.data(), l, Positions::contiguous(300));
   std::vector<std::int64_t> p(20);
   for (std::int64_t t = 0; t < 20; ++t) p[static_cast<std::size_t>(t)] = 300 + t;
@@ -300,7 +297,6 @@ TEST(Dispatch, SetMaxIsaWhileOthersRotate) {
     }
     --running;
   });
-  rotary::set_max_isa(rotary::best_isa());
   for (int i = 0; i < kRotators; ++i) EXPECT_EQ(mismatches[static_cast<std::size_t>(i)], 0) << "thread " << i;
 }
 

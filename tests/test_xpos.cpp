@@ -14,6 +14,8 @@
 // plus f16's subnormal spacing / bf16's flush-to-zero threshold.
 #include <cstdio>
 #include <cstring>
+#include <string_view>
+#include <utility>
 
 #include "support.hpp"
 
@@ -26,6 +28,9 @@ using rotary::Pairing;
 using rotary::Positions;
 using rotary::RowMatrix;
 using rotary::XPos;
+using rotary::reference::pair_first;
+using rotary::reference::pair_second;
+using rotary_test::random_rows;
 using LD = long double;
 
 template <class T>
@@ -50,13 +55,6 @@ double tiny() {
 template <class T>
 LD to_ld(T v) {
   return static_cast<LD>(static_cast<double>(static_cast<rotary::compute_t<T>>(v)));
-}
-
-std::int64_t first_of(Pairing p, std::int64_t j, std::int64_t /*h*/) {
-  return p == Pairing::interleaved ? 2 * j : j;
-}
-std::int64_t second_of(Pairing p, std::int64_t j, std::int64_t h) {
-  return p == Pairing::interleaved ? 2 * j + 1 : j + h;
 }
 
 // The setting of one xPos, for the reference.
@@ -105,8 +103,8 @@ RefRow reference_row(const Setting& s, const std::vector<double>& theta, const T
   for (std::int64_t i = 0; i < s.head_dim; ++i) r.y[static_cast<std::size_t>(i)] = to_ld(x[i]);
   const LD sign = dir == Direction::forward ? 1.0L : -1.0L;
   for (std::int64_t j = 0; j < h; ++j) {
-    const std::int64_t ia = first_of(s.pairing, j, h);
-    const std::int64_t ib = second_of(s.pairing, j, h);
+    const std::int64_t ia = pair_first(s.pairing, j, h);
+    const std::int64_t ib = pair_second(s.pairing, j, h);
     const LD x0 = to_ld(x[ia]);
     const LD x1 = to_ld(x[ib]);
     LD c = 0;
@@ -136,12 +134,14 @@ RefRow reference_row(const Setting& s, const std::vector<double>& theta, const T
   return r;
 }
 
-template <class T>
-RowMatrix<T> random_rows(std::int64_t rows, std::int64_t cols, std::mt19937_64& rng) {
-  std::uniform_real_distribution<double> d(-2.0, 2.0);
-  RowMatrix<T> x(rows, cols);
-  for (Eigen::Index i = 0; i < x.size(); ++i) x.data()[i] = static_cast<T>(d(rng));
-  return x;
+// The query's map (apply_q) or the key's (apply_k), with the same arguments.
+template <class T, class... Args>
+void apply_role(const XPos<T>& xpos, bool query, Args&&... args) {
+  if (query) {
+    xpos.apply_q(std::forward<Args>(args)...);
+  } else {
+    xpos.apply_k(std::forward<Args>(args)...);
+  }
 }
 
 // Positions for n tokens whose offsets from `center` stay within +-span (and >= 0).
@@ -188,11 +188,7 @@ TYPED_TEST(XPosTyped, MatchesLongDoubleReference) {
           for (const bool query : {true, false}) {
             for (const Direction dir : {Direction::forward, Direction::inverse}) {
               RowMatrix<T> y(x.rows(), x.cols());
-              if (query) {
-                xpos.apply_q(x, y, Positions(pos), heads, center, dir);
-              } else {
-                xpos.apply_k(x, y, Positions(pos), heads, center, dir);
-              }
+              apply_role(xpos, query, x, y, Positions(pos), heads, center, dir);
               for (std::int64_t t = 0; t < tokens; ++t)
                 for (std::int64_t hd = 0; hd < heads; ++hd) {
                   const Eigen::Index row = t * heads + hd;
@@ -244,11 +240,7 @@ TYPED_TEST(XPosTyped, ContiguousRunsMatchReference) {
     const RowMatrix<T> x = random_rows<T>(tokens, s.head_dim, rng);
     for (const bool query : {true, false}) {
       RowMatrix<T> y = x;
-      if (query) {
-        xpos.apply_q(y, Positions::contiguous(start), 1, center);
-      } else {
-        xpos.apply_k(y, Positions::contiguous(start), 1, center);
-      }
+      apply_role(xpos, query, y, Positions::contiguous(start), 1, center);
       for (std::int64_t t = 0; t < tokens; ++t) {
         const RefRow r =
             reference_row<T>(s, theta, x.row(t).data(), start + t, center, query, Direction::forward);
@@ -289,8 +281,8 @@ void check_scores(const Setting& s, const RowMatrix<T>& q, const RowMatrix<T>& k
       for (std::int64_t i = s.rotary_dim; i < s.head_dim; ++i)
         mag += std::fabs(to_ld(q(n, i)) * to_ld(k(m, i)));
       for (std::int64_t j = 0; j < h; ++j) {
-        const std::int64_t a = first_of(s.pairing, j, h);
-        const std::int64_t b = second_of(s.pairing, j, h);
+        const std::int64_t a = pair_first(s.pairing, j, h);
+        const std::int64_t b = pair_second(s.pairing, j, h);
         const LD qa = to_ld(q(n, a));
         const LD qb = to_ld(q(n, b));
         const LD ka = to_ld(k(m, a));
@@ -420,18 +412,13 @@ TYPED_TEST(XPosTyped, InverseAndAdjoint) {
   double worst = 0.0;
   for (const bool query : {true, false}) {
     RowMatrix<T> z = x;
-    if (query) {
-      xpos.apply_q(z, Positions(pos), heads, center);
-      xpos.apply_q(z, Positions(pos), heads, center, Direction::inverse);
-    } else {
-      xpos.apply_k(z, Positions(pos), heads, center);
-      xpos.apply_k(z, Positions(pos), heads, center, Direction::inverse);
-    }
+    apply_role(xpos, query, z, Positions(pos), heads, center);
+    apply_role(xpos, query, z, Positions(pos), heads, center, Direction::inverse);
     const std::int64_t h = s.rotary_dim / 2;
     for (Eigen::Index r = 0; r < x.rows(); ++r)
       for (std::int64_t j = 0; j < h; ++j) {
-        const std::int64_t a = first_of(s.pairing, j, h);
-        const std::int64_t b = second_of(s.pairing, j, h);
+        const std::int64_t a = pair_first(s.pairing, j, h);
+        const std::int64_t b = pair_second(s.pairing, j, h);
         // A factor below the normal range rounds the intermediate absolutely: allow tiny / F.
         const LD f =
             factor_of(s, j, pos[static_cast<std::size_t>(r / heads)], center, query, Direction::forward);
@@ -450,13 +437,8 @@ TYPED_TEST(XPosTyped, InverseAndAdjoint) {
   for (const bool query : {true, false}) {
     RowMatrix<T> fx = x;
     RowMatrix<T> gy = yv;
-    if (query) {
-      xpos.apply_q(fx, Positions(pos), heads, center);
-      xpos.apply_k(gy, Positions(pos), heads, center, Direction::inverse);
-    } else {
-      xpos.apply_k(fx, Positions(pos), heads, center);
-      xpos.apply_q(gy, Positions(pos), heads, center, Direction::inverse);
-    }
+    apply_role(xpos, query, fx, Positions(pos), heads, center);
+    apply_role(xpos, !query, gy, Positions(pos), heads, center, Direction::inverse);  // the other role
     const std::int64_t h = s.rotary_dim / 2;
     for (Eigen::Index r = 0; r < x.rows(); ++r) {
       LD lhs = 0;
@@ -467,8 +449,8 @@ TYPED_TEST(XPosTyped, InverseAndAdjoint) {
       }
       LD bound = 0;
       for (std::int64_t j = 0; j < h; ++j) {
-        const std::int64_t a = first_of(s.pairing, j, h);
-        const std::int64_t b = second_of(s.pairing, j, h);
+        const std::int64_t a = pair_first(s.pairing, j, h);
+        const std::int64_t b = pair_second(s.pairing, j, h);
         const LD xl = std::fabs(to_ld(x(r, a))) + std::fabs(to_ld(x(r, b)));
         const LD yl = std::fabs(to_ld(yv(r, a))) + std::fabs(to_ld(yv(r, b)));
         const LD f =
@@ -512,11 +494,7 @@ void check_large_positions() {
       const RowMatrix<T> x = random_rows<T>(tokens, s.head_dim, rng);
       for (const bool query : {true, false}) {
         RowMatrix<T> y(x.rows(), x.cols());
-        if (query) {
-          xpos.apply_q(x, y, Positions(pos), 1, center);
-        } else {
-          xpos.apply_k(x, y, Positions(pos), 1, center);
-        }
+        apply_role(xpos, query, x, y, Positions(pos), 1, center);
         for (std::int64_t t = 0; t < tokens; ++t) {
           std::vector<double> cs_cos;
           std::vector<double> cs_sin;
@@ -624,14 +602,15 @@ TYPED_TEST(XPosTyped, EntryPointsAgreeBitForBit) {
     EXPECT_TRUE(same(qt, q_sep));
     EXPECT_TRUE(same(kt, k_sep));
     // every ISA against scalar
-    const rotary::Isa best = rotary::best_isa();
-    rotary::set_max_isa(rotary::Isa::scalar);
     RowMatrix<T> qsc = q;
     RowMatrix<T> ksc = k;
-    xpos.apply_qk(qsc, ksc, positions, qh, kh, center, dir);
-    rotary::set_max_isa(best);
-    EXPECT_TRUE(same(qsc, q_sep)) << "scalar vs " << rotary::to_string(best);
-    EXPECT_TRUE(same(ksc, k_sep)) << "scalar vs " << rotary::to_string(best);
+    {
+      const rotary_test::IsaScope scalar(rotary::Isa::scalar);
+      xpos.apply_qk(qsc, ksc, positions, qh, kh, center, dir);
+    }
+    const std::string_view isa = rotary::to_string(rotary::active_isa());  // what q_sep, k_sep ran on
+    EXPECT_TRUE(same(qsc, q_sep)) << "scalar vs " << isa;
+    EXPECT_TRUE(same(ksc, k_sep)) << "scalar vs " << isa;
   }
   // int64 positions and contiguous positions give the rows the int32 array gives.
   std::vector<std::int64_t> pos64(pos32.begin(), pos32.end());

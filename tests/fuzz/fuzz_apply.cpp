@@ -93,17 +93,13 @@ struct Stats {
   long valid = 0;
   long by_entry[6] = {};
   long by_cache[3] = {};
-  long rejected[kBreakages] = {};
-  std::vector<std::string> samples[kBreakages];
+  Rejections<Breakage, kBreakages> rejected{name};
   ~Stats() {
     if (std::getenv("ROTARY_FUZZ_STATS") == nullptr) return;
     std::fprintf(stderr, "valid calls %ld; entries", valid);
     for (const long n : by_entry) std::fprintf(stderr, " %ld", n);
     std::fprintf(stderr, "; caches %ld %ld %ld\n", by_cache[0], by_cache[1], by_cache[2]);
-    for (int b = 1; b < kBreakages; ++b) {
-      std::fprintf(stderr, "rejected %-24s %ld\n", name(static_cast<Breakage>(b)), rejected[b]);
-      for (const auto& m : samples[b]) std::fprintf(stderr, "    %s\n", m.c_str());
-    }
+    rejected.print();
   }
 };
 Stats stats;
@@ -201,8 +197,6 @@ int new_buffer(Case<T>& c, std::size_t size) {
   c.bufs.emplace_back(size);
   return static_cast<int>(c.bufs.size()) - 1;
 }
-
-constexpr std::ptrdiff_t kSlack = 8;  // sentinels after the last row of every buffer
 
 // Separate buffers for one stream's input and output (or in place).
 template <class T>
@@ -439,8 +433,7 @@ void check_result(const Case<T>& c, const rotary::Rope<T>& rope, const std::vect
   const double af = c.freqs.attention_factor;
   using C = rotary::compute_t<T>;
 
-  std::vector<std::vector<char>> written(result.size());
-  for (std::size_t b = 0; b < result.size(); ++b) written[b].assign(result[b].data.size(), 0);
+  std::vector<std::vector<char>> written = element_flags(result);
 
   int matrix_checks = 0;
   for (std::int64_t t = 0; t < c.tokens; ++t) {
@@ -542,18 +535,13 @@ void check_result(const Case<T>& c, const rotary::Rope<T>& rope, const std::vect
       }
     }
   }
-  // Everything else keeps its bits (sentinels, gaps, const inputs, other heads of a QKV buffer).
-  for (std::size_t b = 0; b < result.size(); ++b)
-    for (std::size_t i = 0; i < result[b].data.size(); ++i)
-      if (!written[b][i] && to_bits(result[b].data[i]) != to_bits(initial[b].data[i]))
-        fail("element %zu of buffer %zu changed outside the output rows\n  %s", i, b, c.describe().c_str());
+  expect_untouched_outside(c, written, result, initial);
 }
 
 // The rotated coordinates of every output row, per buffer.
 template <class T>
 std::vector<std::vector<char>> rotated_mask(const Case<T>& c, std::int64_t rotary_dim) {
-  std::vector<std::vector<char>> mask(c.bufs.size());
-  for (std::size_t b = 0; b < c.bufs.size(); ++b) mask[b].assign(c.bufs[b].data.size(), 0);
+  std::vector<std::vector<char>> mask = element_flags(c.bufs);
   for (const Stream* s : {&c.q, &c.k})
     for (std::int64_t t = 0; t < c.tokens; ++t)
       for (std::int64_t h = 0; h < s->heads; ++h)
@@ -629,17 +617,10 @@ bool apply_breakage(Source& in, Case<T>& c, const rotary::Rope<T>& rope) {
       c.p64[t] = neg;
       return true;
     }
-    case Breakage::position_count: {
+    case Breakage::position_count:
       if (!arrays) return false;
-      if (c.tokens > 0 && in.ConsumeBool()) {
-        c.p32.pop_back();
-        c.p64.pop_back();
-      } else {
-        c.p32.push_back(0);
-        c.p64.push_back(0);
-      }
+      break_position_count(in, c.p32, c.p64);  // one per token: empty when there are no tokens
       return true;
-    }
     case Breakage::zero_heads:
       if (c.entry == Entry::eigen || c.entry == Entry::eigen_qk) return false;
       c.q.heads = 0;
@@ -661,8 +642,7 @@ bool apply_breakage(Source& in, Case<T>& c, const rotary::Rope<T>& rope) {
       // The output starts a few elements after the input, same strides: shared memory, not the same view.
       if (c.tokens == 0) return false;
       c.q.out = c.q.in;
-      // Less than head_dim: even a single row shares memory with its shifted self.
-      c.q.out.off += in.ConsumeIntegralInRange<std::ptrdiff_t>(1, std::min<std::ptrdiff_t>(d - 1, kSlack));
+      c.q.out.off += partial_overlap_shift(in, d);
       return true;
     }
     case Breakage::q_k_share_rows: {
@@ -696,12 +676,8 @@ bool apply_breakage(Source& in, Case<T>& c, const rotary::Rope<T>& rope) {
     case Breakage::view_too_large: {
       // A stride so large that the view spans more than any address space; no buffer can back it.
       if (c.entry == Entry::eigen || c.entry == Entry::eigen_qk || c.tokens < 2) return false;
-      // A token stride of PTRDIFF_MAX / sizeof(T) elements or more: two tokens span more bytes than
-      // any object can (more than PTRDIFF_MAX).
-      constexpr std::ptrdiff_t kMax = std::numeric_limits<std::ptrdiff_t>::max();
-      c.q.in.ts =
-          in.ConsumeIntegralInRange<std::ptrdiff_t>(kMax / static_cast<std::ptrdiff_t>(sizeof(T)), kMax);
-      c.q.in.hs = d;  // rows of one token stay disjoint: only the size is wrong
+      c.q.in.ts = huge_stride<T>(in);  // two tokens span more bytes than any object can
+      c.q.in.hs = d;                   // rows of one token stay disjoint: only the size is wrong
       if (c.q.out.buf == c.q.in.buf && c.q.out.off == c.q.in.off) c.q.out = c.q.in;
       return true;
     }
@@ -739,9 +715,7 @@ void run(Source& in) {
   }
   draw_positions(in, c);
   c.parts = in.ConsumeIntegralInRange<int>(0, 4);
-  c.breakage = in.ConsumeIntegralInRange<int>(0, 3) == 0
-                   ? static_cast<Breakage>(in.ConsumeIntegralInRange<int>(1, kBreakages - 1))
-                   : Breakage::none;
+  c.breakage = draw_breakage<Breakage>(in, kBreakages);
   const ValueMode values = static_cast<ValueMode>(in.ConsumeIntegralInRange<int>(0, 2));
   Rng rng{in.ConsumeIntegral<std::uint64_t>()};
 
@@ -782,19 +756,8 @@ void run(Source& in) {
     if (entry == Entry::qk_strided_unchecked) entry = Entry::qk_strided;
     std::vector<Buffer<T>> bufs = initial;
     ChunkedFor chunks{c.parts, {}};
-    try {
-      invoke(c, entry, *rope, bufs, chunks.get());
-    } catch (const rotary::error& e) {
-      if (std::string(e.what()).rfind("rotary: ", 0) != 0) fail("error message without prefix: %s", e.what());
-      const int kind = static_cast<int>(c.breakage);
-      ++stats.rejected[kind];
-      if (stats.samples[kind].size() < 3) stats.samples[kind].push_back(e.what());
-      for (std::size_t b = 0; b < bufs.size(); ++b)
-        if (!bufs[b].same_bits(initial[b]))
-          fail("a rejected call changed buffer %zu\n  %s", b, c.describe().c_str());
-      return;
-    }
-    fail("invalid call (%s) was accepted\n  %s", name(c.breakage), c.describe().c_str());
+    stats.rejected.expect(c, bufs, initial, [&] { invoke(c, entry, *rope, bufs, chunks.get()); });
+    return;
   }
   c.breakage = Breakage::none;
 
@@ -806,25 +769,20 @@ void run(Source& in) {
   const std::vector<std::vector<char>> rotated = rotated_mask(c, rope->rotary_dim());
   std::vector<Buffer<T>> scalar;
   for (const rotary::Isa isa : supported_isas()) {
-    rotary::set_max_isa(isa);
+    const IsaScope scope(isa);
     std::vector<Buffer<T>> bufs = initial;
     ChunkedFor chunks{c.parts, {}};
-    try {
-      invoke(c, c.entry, *rope, bufs, chunks.get());
-    } catch (const rotary::error& e) {
-      fail("valid call threw: %s\n  %s", e.what(), c.describe().c_str());
-    }
+    expect_accepted(c, [&] { invoke(c, c.entry, *rope, bufs, chunks.get()); });
     if (isa == rotary::Isa::scalar) {
       scalar = std::move(bufs);
     } else {
       expect_same_bits(c, std::string(rotary::to_string(isa)).c_str(), bufs, scalar, rotated);
     }
   }
-  rotary::set_max_isa(rotary::best_isa());
   check_result(c, *rope, initial, scalar, kernel_rows(c, *rope));
 
   // The split cannot matter (cache-free rows too are anchored at fixed blocks); compare with one
-  // unsplit call on the best ISA.
+  // unsplit call on the default ISA.
   if (c.parts > 0) {
     std::vector<Buffer<T>> bufs = initial;
     invoke(c, c.entry, *rope, bufs, {});
@@ -836,19 +794,6 @@ void run(Source& in) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   Source in(data, size);
-  switch (in.ConsumeIntegralInRange<int>(0, 3)) {
-    case 0:
-      run<float>(in);
-      break;
-    case 1:
-      run<double>(in);
-      break;
-    case 2:
-      run<rotary::f16>(in);
-      break;
-    default:
-      run<rotary::bf16>(in);
-      break;
-  }
+  with_dtype(draw_dtype(in), [&in](auto tag) { run<typename decltype(tag)::type>(in); });
   return 0;
 }

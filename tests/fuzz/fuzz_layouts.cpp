@@ -46,8 +46,6 @@ using rotary::SequencePositions;
 using rotary::StridedLayout;
 using namespace rotary_fuzz;
 
-constexpr std::ptrdiff_t kSlack = 8;
-
 enum class Breakage {
   none,
   cu_first,
@@ -96,18 +94,15 @@ const char* name(Breakage b) {
   return names[static_cast<int>(b)];
 }
 
+// What the inputs exercised, printed at exit when ROTARY_FUZZ_STATS is set.
 struct Stats {
   long valid = 0;
   long varlen = 0;
-  long rejected[kBreakages] = {};
-  std::vector<std::string> samples[kBreakages];
+  Rejections<Breakage, kBreakages> rejected{name};
   ~Stats() {
     if (std::getenv("ROTARY_FUZZ_STATS") == nullptr) return;
     std::fprintf(stderr, "valid calls %ld (varlen %ld)\n", valid, varlen);
-    for (int b = 1; b < kBreakages; ++b) {
-      std::fprintf(stderr, "rejected %-24s %ld\n", name(static_cast<Breakage>(b)), rejected[b]);
-      for (const auto& m : samples[b]) std::fprintf(stderr, "    %s\n", m.c_str());
-    }
+    rejected.print();
   }
 };
 Stats stats;
@@ -287,6 +282,17 @@ BatchStrides draw_batch_strides(Source& in, const BatchShape& s, Layout layout, 
   return st;
 }
 
+// q's (and k's) input and output views from view(heads), each its own buffer; in place: one view.
+template <class T, class MakeView>
+void place_views(Case<T>& c, const MakeView& view) {
+  c.q_in = view(c.q_heads);
+  c.q_out = c.in_place ? c.q_in : view(c.q_heads);
+  if (c.k_heads > 0) {
+    c.k_in = view(c.k_heads);
+    c.k_out = c.in_place ? c.k_in : view(c.k_heads);
+  }
+}
+
 template <class T>
 void place_batch(Source& in, Case<T>& c) {
   const std::int64_t d = c.spec.head_dim;
@@ -328,12 +334,7 @@ void place_batch(Source& in, Case<T>& c) {
     }
     return;
   }
-  c.q_in = view(c.q_heads);
-  c.q_out = c.in_place ? c.q_in : view(c.q_heads);
-  if (c.k_heads > 0) {
-    c.k_in = view(c.k_heads);
-    c.k_out = c.in_place ? c.k_in : view(c.k_heads);
-  }
+  place_views(c, view);
 }
 
 template <class T>
@@ -355,12 +356,7 @@ void place_varlen(Source& in, Case<T>& c) {
     v.buf = new_buffer(c, v.off + batch_span(v.shape, v.st));
     return v;
   };
-  c.q_in = view(c.q_heads);
-  c.q_out = c.in_place ? c.q_in : view(c.q_heads);
-  if (c.k_heads > 0) {
-    c.k_in = view(c.k_heads);
-    c.k_out = c.in_place ? c.k_in : view(c.k_heads);
-  }
+  place_views(c, view);
 }
 
 template <class T>
@@ -518,8 +514,7 @@ void check(const Case<T>& c, const rotary::Rope<T>& rope, const std::vector<Buff
   const std::int64_t pairs = r / 2;
   const double af = c.freqs.attention_factor;
   // Rotated coordinates: exact with a cache; within one entry's error per cos/sin when cache-free.
-  std::vector<std::vector<char>> written(got.size());
-  for (std::size_t b = 0; b < got.size(); ++b) written[b].assign(got[b].data.size(), 0);
+  std::vector<std::vector<char>> written = element_flags(got);
   for (const Token& tok : tokens) {
     const auto rows = [&](const View& vi, const View& vo, std::ptrdiff_t oi, std::ptrdiff_t oo,
                           std::int64_t heads) {
@@ -557,10 +552,7 @@ void check(const Case<T>& c, const rotary::Rope<T>& rope, const std::vector<Buff
     rows(c.q_in, c.q_out, tok.q_in, tok.q_out, c.q_heads);
     if (c.k_heads > 0) rows(c.k_in, c.k_out, tok.k_in, tok.k_out, c.k_heads);
   }
-  for (std::size_t b = 0; b < got.size(); ++b)
-    for (std::size_t i = 0; i < got[b].data.size(); ++i)
-      if (!written[b][i] && to_bits(got[b].data[i]) != to_bits(initial[b].data[i]))
-        fail("buffer %zu element %zu changed outside the output rows\n  %s", b, i, c.describe().c_str());
+  expect_untouched_outside(c, written, got, initial);
 }
 
 // ---- breaking one argument ----------------------------------------------------------------------
@@ -618,13 +610,7 @@ bool apply_breakage(Source& in, Case<T>& c, const rotary::Rope<T>& rope) {
     }
     case Breakage::per_token_count:
       if (c.pos_mode != PosMode::per_token || c.per_token_kind == Positions::Kind::contiguous) return false;
-      if (!c.p64.empty() && in.ConsumeBool()) {
-        c.p32.pop_back();
-        c.p64.pop_back();
-      } else {
-        c.p32.push_back(0);
-        c.p64.push_back(0);
-      }
+      break_position_count(in, c.p32, c.p64);
       return true;
     case Breakage::position_outside_cache: {
       if (c.cache_mode == 2 || c.total() == 0) return false;
@@ -687,20 +673,15 @@ bool apply_breakage(Source& in, Case<T>& c, const rotary::Rope<T>& rope) {
     case Breakage::partial_in_out_overlap:
       if (c.dense_overload || c.total() == 0 || c.in_place) return false;
       c.q_out = c.q_in;
-      // Less than head_dim: even a single row shares memory with its shifted self.
-      c.q_out.off +=
-          in.ConsumeIntegralInRange<std::ptrdiff_t>(1, std::min<std::ptrdiff_t>(c.spec.head_dim - 1, kSlack));
+      c.q_out.off += partial_overlap_shift(in, c.spec.head_dim);
       return true;
     case Breakage::q_k_length_mismatch:
       if (!views || c.k_heads == 0 || c.batch == 0) return false;
       c.k_in.shape.seq = c.k_out.shape.seq = c.seq - 1;  // shorter: stays inside k's buffers
       return true;
     case Breakage::view_too_large: {
-      // An axis stride of PTRDIFF_MAX / sizeof(T) elements or more with two or more entries: more
-      // bytes than any object can have. The other strides stay valid.
-      constexpr std::ptrdiff_t kMax = std::numeric_limits<std::ptrdiff_t>::max();
-      const std::ptrdiff_t huge =
-          in.ConsumeIntegralInRange<std::ptrdiff_t>(kMax / static_cast<std::ptrdiff_t>(sizeof(T)), kMax);
+      // A huge stride on an axis with two or more entries; the other strides stay valid.
+      const std::ptrdiff_t huge = huge_stride<T>(in);
       if (c.varlen) {
         if (c.total() < 2) return false;
         c.q_in.st.seq = huge;
@@ -765,9 +746,7 @@ void run(Source& in) {
   const auto& isas = supported_isas();
   c.isa = isas[in.ConsumeIntegralInRange<std::size_t>(0, isas.size() - 1)];
   c.parts = in.ConsumeIntegralInRange<int>(0, 3);
-  c.breakage = in.ConsumeIntegralInRange<int>(0, 3) == 0
-                   ? static_cast<Breakage>(in.ConsumeIntegralInRange<int>(1, kBreakages - 1))
-                   : Breakage::none;
+  c.breakage = draw_breakage<Breakage>(in, kBreakages);
   const ValueMode values = static_cast<ValueMode>(in.ConsumeIntegralInRange<int>(0, 2));
   Rng rng{in.ConsumeIntegral<std::uint64_t>()};
 
@@ -814,7 +793,7 @@ void run(Source& in) {
     if (c.k_heads > 0) fill(c.k_in, tok.k_in, c.k_heads);
   }
   const std::vector<Buffer<T>> initial = c.bufs;
-  rotary::set_max_isa(c.isa);
+  const IsaScope scope(c.isa);
   ChunkedFor chunks{c.parts, {}};
 
   if (c.breakage != Breakage::none && !apply_breakage(in, c, *rope)) c.breakage = Breakage::none;
@@ -822,30 +801,15 @@ void run(Source& in) {
   if (c.breakage != Breakage::none) {
     c.unchecked = false;
     std::vector<Buffer<T>> bufs = initial;
-    try {
-      invoke(c, *rope, bufs, chunks.get());
-    } catch (const rotary::error& e) {
-      if (std::string(e.what()).rfind("rotary: ", 0) != 0) fail("error message without prefix: %s", e.what());
-      const int kind = static_cast<int>(c.breakage);
-      ++stats.rejected[kind];
-      if (stats.samples[kind].size() < 3) stats.samples[kind].push_back(e.what());
-      for (std::size_t i = 0; i < bufs.size(); ++i)
-        if (!bufs[i].same_bits(initial[i]))
-          fail("a rejected call changed buffer %zu\n  %s", i, c.describe().c_str());
-      return;
-    }
-    fail("invalid call (%s) was accepted\n  %s", name(c.breakage), c.describe().c_str());
+    stats.rejected.expect(c, bufs, initial, [&] { invoke(c, *rope, bufs, chunks.get()); });
+    return;
   }
   c.breakage = Breakage::none;
   ++stats.valid;
   stats.varlen += c.varlen;
 
   std::vector<Buffer<T>> got = initial;
-  try {
-    invoke(c, *rope, got, chunks.get());
-  } catch (const rotary::error& e) {
-    fail("valid call threw: %s\n  %s", e.what(), c.describe().c_str());
-  }
+  expect_accepted(c, [&] { invoke(c, *rope, got, chunks.get()); });
   check(c, *rope, initial, got, per_token_reference(c, *rope, initial, tokens), tokens);
 }
 
@@ -853,19 +817,6 @@ void run(Source& in) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   Source in(data, size);
-  switch (in.ConsumeIntegralInRange<int>(0, 3)) {
-    case 0:
-      run<float>(in);
-      break;
-    case 1:
-      run<double>(in);
-      break;
-    case 2:
-      run<rotary::f16>(in);
-      break;
-    default:
-      run<rotary::bf16>(in);
-      break;
-  }
+  with_dtype(draw_dtype(in), [&in](auto tag) { run<typename decltype(tag)::type>(in); });
   return 0;
 }

@@ -1,6 +1,7 @@
-// Shared pieces of rotary's libFuzzer harnesses: failure reporting, bit patterns, ulps, buffers with
-// sentinels, ISA control, a deterministic serial ParallelFor, and frequency/Rope construction from
-// fuzz bytes (every scaling rule of scaling.hpp, per-pair factors and the alpha/rho variant).
+// Shared pieces of rotary's libFuzzer harnesses: failure reporting, the storage type, ulps, buffers
+// with sentinels, invalid calls, a deterministic serial ParallelFor, and frequency/Rope construction
+// from fuzz bytes (every scaling rule of scaling.hpp, per-pair factors and the alpha/rho variant).
+// Bit patterns, the ISAs and IsaScope come from ../support_core.hpp (shared with the GoogleTest tests).
 //
 // Harnesses draw their parameters through Source (clang's FuzzedDataProvider, continued by a PRNG
 // once the bytes run out) and fill large buffers from a PRNG seeded by the input, so that an input
@@ -10,6 +11,7 @@
 
 #include <fuzzer/FuzzedDataProvider.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdarg>
 #include <cstdint>
@@ -24,7 +26,18 @@
 
 #include <rotary/rotary.hpp>
 
+#include "../support_core.hpp"
+
 namespace rotary_fuzz {
+
+using rotary_test::Bits;
+using rotary_test::DType;
+using rotary_test::from_bits;
+using rotary_test::is_nan;
+using rotary_test::IsaScope;
+using rotary_test::supported_isas;
+using rotary_test::to_bits;
+using rotary_test::with_dtype;
 
 // A finding: print what was being checked and abort, so libFuzzer stores the input as a crash.
 [[noreturn]] inline void fail(const char* format, ...) {
@@ -97,53 +110,15 @@ class Source {
   Rng rng_;
 };
 
-// ---- bit patterns -------------------------------------------------------------------------------
+// The storage type: the first choice of every harness (f32, f64, f16 or bf16), for with_dtype.
+inline DType draw_dtype(Source& in) { return static_cast<DType>(in.ConsumeIntegralInRange<int>(0, 3)); }
 
-template <class T>
-struct Bits;
-template <>
-struct Bits<float> {
-  using U = std::uint32_t;
-  static constexpr U sentinel = 0x7FA5A5A5u;  // a signalling NaN: no arithmetic or copy produces it
-};
-template <>
-struct Bits<double> {
-  using U = std::uint64_t;
-  static constexpr U sentinel = 0x7FF4A5A5A5A5A5A5ull;
-};
-template <>
-struct Bits<rotary::f16> {
-  using U = std::uint16_t;
-  static constexpr U sentinel = 0x7D5Au;  // signalling: stores only ever write quiet NaNs
-};
-template <>
-struct Bits<rotary::bf16> {
-  using U = std::uint16_t;
-  static constexpr U sentinel = 0x7FA5u;
-};
+// ---- ulps ---------------------------------------------------------------------------------------
 
-template <class T>
-T from_bits(typename Bits<T>::U u) {
-  T x;
-  std::memcpy(static_cast<void*>(&x), &u, sizeof x);
-  return x;
-}
-template <class T>
-typename Bits<T>::U to_bits(T x) {
-  typename Bits<T>::U u;
-  std::memcpy(&u, static_cast<const void*>(&x), sizeof u);
-  return u;
-}
 template <class T>
 double widen(T x) {
   return static_cast<double>(rotary::detail::to_compute(x));
 }
-template <class T>
-bool is_nan(T x) {
-  return std::isnan(widen(x));
-}
-
-// ---- ulps ---------------------------------------------------------------------------------------
 
 // Precision (significand bits) and smallest normal of each type, storage types included.
 template <class T>
@@ -243,6 +218,8 @@ struct Buffer {
   }
 };
 
+constexpr std::ptrdiff_t kSlack = 8;  // sentinels after the last row of every buffer
+
 // Element count from a view's first element to the end of its last row.
 inline std::ptrdiff_t span_of(std::int64_t tokens, std::int64_t heads, std::ptrdiff_t ts, std::ptrdiff_t hs,
                               std::int64_t head_dim) {
@@ -250,18 +227,113 @@ inline std::ptrdiff_t span_of(std::int64_t tokens, std::int64_t heads, std::ptrd
   return (tokens - 1) * ts + (heads - 1) * hs + head_dim;
 }
 
-// ---- ISAs and threads ---------------------------------------------------------------------------
-
-inline const std::vector<rotary::Isa>& supported_isas() {
-  static const std::vector<rotary::Isa> v = [] {
-    std::vector<rotary::Isa> r;
-    for (const rotary::Isa isa :
-         {rotary::Isa::scalar, rotary::Isa::avx2, rotary::Isa::avx512, rotary::Isa::neon})
-      if (rotary::isa_supported(isa)) r.push_back(isa);
-    return r;
-  }();
-  return v;
+// One flag per element of each buffer, all clear (which elements a call writes, or rotates).
+template <class T>
+std::vector<std::vector<char>> element_flags(const std::vector<Buffer<T>>& bufs) {
+  std::vector<std::vector<char>> flags(bufs.size());
+  for (std::size_t b = 0; b < bufs.size(); ++b) flags[b].assign(bufs[b].data.size(), 0);
+  return flags;
 }
+
+// Every element that `written` does not flag keeps its initial bits (sentinels, gaps between rows,
+// const inputs, the other heads of a QKV buffer).
+template <class T, class Case>
+void expect_untouched_outside(const Case& c, const std::vector<std::vector<char>>& written,
+                              const std::vector<Buffer<T>>& got, const std::vector<Buffer<T>>& initial) {
+  for (std::size_t b = 0; b < got.size(); ++b)
+    for (std::size_t i = 0; i < got[b].data.size(); ++i)
+      if (!written[b][i] && to_bits(got[b].data[i]) != to_bits(initial[b].data[i]))
+        fail("buffer %zu element %zu changed outside the output rows\n  %s", b, i, c.describe().c_str());
+}
+
+// ---- valid and invalid calls --------------------------------------------------------------------
+
+// A valid call: it must not throw. (Case: a harness's case, with describe().)
+template <class Case, class Call>
+void expect_accepted(const Case& c, Call&& call) {
+  try {
+    call();
+  } catch (const rotary::error& e) {
+    fail("valid call threw: %s\n  %s", e.what(), c.describe().c_str());
+  }
+}
+
+// For one input in four, a breakage (an enum of `count` kinds, 0 = none) that makes the call invalid.
+template <class Breakage>
+Breakage draw_breakage(Source& in, int count) {
+  return in.ConsumeIntegralInRange<int>(0, 3) == 0
+             ? static_cast<Breakage>(in.ConsumeIntegralInRange<int>(1, count - 1))
+             : Breakage::none;
+}
+
+// Invalid calls by breakage kind: each must be rejected, and is counted with its first messages for
+// the report printed at exit when ROTARY_FUZZ_STATS is set (to see that every breakage is reached,
+// and what the library said).
+template <class Breakage, int N>
+class Rejections {
+ public:
+  explicit Rejections(const char* (*name)(Breakage)) : name_(name) {}
+
+  // Runs `call`, whose case c breaks one argument (c.breakage) in a certainly invalid way, on `bufs`
+  // (a copy of `initial`): it must throw rotary::error, with the "rotary: " prefix, before touching
+  // any buffer.
+  template <class T, class Case, class Call>
+  void expect(const Case& c, const std::vector<Buffer<T>>& bufs, const std::vector<Buffer<T>>& initial,
+              Call&& call) {
+    try {
+      call();
+    } catch (const rotary::error& e) {
+      if (std::string(e.what()).rfind("rotary: ", 0) != 0) fail("error message without prefix: %s", e.what());
+      const int kind = static_cast<int>(c.breakage);
+      ++count_[kind];
+      if (samples_[kind].size() < 3) samples_[kind].push_back(e.what());
+      for (std::size_t b = 0; b < bufs.size(); ++b)
+        if (!bufs[b].same_bits(initial[b]))
+          fail("a rejected call changed buffer %zu\n  %s", b, c.describe().c_str());
+      return;
+    }
+    fail("invalid call (%s) was accepted\n  %s", name_(c.breakage), c.describe().c_str());
+  }
+
+  void print() const {
+    for (int b = 1; b < N; ++b) {
+      std::fprintf(stderr, "rejected %-24s %ld\n", name_(static_cast<Breakage>(b)), count_[b]);
+      for (const auto& m : samples_[b]) std::fprintf(stderr, "    %s\n", m.c_str());
+    }
+  }
+
+ private:
+  const char* (*name_)(Breakage);
+  long count_[N] = {};
+  std::vector<std::string> samples_[N];
+};
+
+// Position arrays (the int32 and int64 copies) one entry too long, or one too short if not empty.
+inline void break_position_count(Source& in, std::vector<std::int32_t>& p32, std::vector<std::int64_t>& p64) {
+  if (!p64.empty() && in.ConsumeBool()) {
+    p32.pop_back();
+    p64.pop_back();
+  } else {
+    p32.push_back(0);
+    p64.push_back(0);
+  }
+}
+
+// An element offset that moves an output view onto part of its input view: less than head_dim, so
+// that even a single row shares memory with its shifted self, and within the slack after the last row.
+inline std::ptrdiff_t partial_overlap_shift(Source& in, std::int64_t head_dim) {
+  return in.ConsumeIntegralInRange<std::ptrdiff_t>(1, std::min<std::ptrdiff_t>(head_dim - 1, kSlack));
+}
+
+// A stride of PTRDIFF_MAX / sizeof(T) elements or more: two entries along it span more bytes than any
+// object can have (more than PTRDIFF_MAX), so no buffer can back the view.
+template <class T>
+std::ptrdiff_t huge_stride(Source& in) {
+  constexpr std::ptrdiff_t kMax = std::numeric_limits<std::ptrdiff_t>::max();
+  return in.ConsumeIntegralInRange<std::ptrdiff_t>(kMax / static_cast<std::ptrdiff_t>(sizeof(T)), kMax);
+}
+
+// ---- threads ------------------------------------------------------------------------------------
 
 // A serial ParallelFor that splits [0, n) into `parts` ranges and runs them last first (any order
 // must do), recording the ranges.
