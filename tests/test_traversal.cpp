@@ -1,6 +1,6 @@
 // Memory-order traversal: head-major layouts (heads farther apart than tokens, e.g. BHSD) run in
-// blocks of tokens over groups of heads, and batches whose sequences interleave in memory (SBHD)
-// run token by token across sequences. Neither may change a bit: each case here crosses the block
+// blocks of tokens over groups of heads, batches whose sequences interleave in memory (SBHD) run
+// token by token across sequences, and threaded BHSD batches split all sequences' tokens at once. Neither may change a bit: each case here crosses the block
 // and group boundaries (partial last block, partial last group, q and k groups) and is compared
 // with calls that take the plain token-major path (one head per call, one sequence per call).
 #include <cstring>
@@ -99,18 +99,21 @@ TEST(HeadMajor, SameBitsAsOneHeadPerCallF64) { head_major_for_type<double>(); }
 TEST(HeadMajor, SameBitsAsOneHeadPerCallF16) { head_major_for_type<rotary::f16>(); }
 TEST(HeadMajor, SameBitsAsOneHeadPerCallBf16) { head_major_for_type<rotary::bf16>(); }
 
-// Dense BHSD through apply_qk_batch (one dispatch per sequence, each head-major).
+// Dense BHSD through apply_qk_batch: one dispatch per sequence, each head-major; with threads, one
+// parallel region over all sequences whose ranges cross sequence boundaries (3 threads, 3 sequences
+// of kTokens tokens).
 TEST(HeadMajor, DenseBhsdBatch) {
   const rotary::Rope<float> rope(rotary::RotarySpec(128, Pairing::half_split), 8192);
-  const BatchShape qs{2, kTokens, kQHeads, 128};
-  const BatchShape ks{2, kTokens, kKHeads, 128};
+  const std::int64_t batch = 3;
+  const BatchShape qs{batch, kTokens, kQHeads, 128};
+  const BatchShape ks{batch, kTokens, kKHeads, 128};
   std::mt19937_64 rng(rotary_test::seed());
   const std::vector<float> q = rotary_test::random_vector<float>(elements(qs), rng);
   const std::vector<float> k = rotary_test::random_vector<float>(elements(ks), rng);
-  const std::vector<std::int64_t> starts = {5, 3000};
+  const std::vector<std::int64_t> starts = {5, 3000, 0};
   std::vector<float> q_want = q;
   std::vector<float> k_want = k;
-  for (std::int64_t b = 0; b < 2; ++b) {
+  for (std::int64_t b = 0; b < batch; ++b) {
     const auto qo = static_cast<std::size_t>(b * kQHeads * kTokens * 128);
     const auto ko = static_cast<std::size_t>(b * kKHeads * kTokens * 128);
     const StridedLayout one{kTokens, 1, 128, kTokens * 128};
@@ -121,12 +124,15 @@ TEST(HeadMajor, DenseBhsdBatch) {
       rotary::apply_strided(rope, k_want.data() + ko + static_cast<std::size_t>(h * kTokens * 128), one,
                             Positions::contiguous(starts[static_cast<std::size_t>(b)]));
   }
-  std::vector<float> q_got = q;
-  std::vector<float> k_got = k;
-  rotary::apply_qk_batch(rope, BatchView<float>(q_got.data(), Layout::bhsd, qs),
-                         BatchView<float>(k_got.data(), Layout::bhsd, ks), SequencePositions::starts(starts));
-  EXPECT_TRUE(same_bits(q_got, q_want)) << rotary_test::seed_note();
-  EXPECT_TRUE(same_bits(k_got, k_want)) << rotary_test::seed_note();
+  for (const rotary::ParallelFor& parallel : {rotary::ParallelFor(), rotary::thread_parallel_for(3)}) {
+    std::vector<float> q_got = q;
+    std::vector<float> k_got = k;
+    rotary::apply_qk_batch(rope, BatchView<float>(q_got.data(), Layout::bhsd, qs),
+                           BatchView<float>(k_got.data(), Layout::bhsd, ks), SequencePositions::starts(starts),
+                           Direction::forward, parallel);
+    EXPECT_TRUE(same_bits(q_got, q_want)) << (parallel ? "threaded " : "") << rotary_test::seed_note();
+    EXPECT_TRUE(same_bits(k_got, k_want)) << (parallel ? "threaded " : "") << rotary_test::seed_note();
+  }
 }
 
 // SBHD: token s of every sequence before token s+1. Compared with one apply_qk_strided call per

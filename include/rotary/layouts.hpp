@@ -424,6 +424,24 @@ void run_interleaved(const std::vector<KernelArgs<T>>& calls, const ParallelFor&
   }
 }
 
+// Sequences one after another in memory (BHSD), with threads: one parallel region over the batch's
+// tokens in sequence order rather than one per sequence, so each thread takes whole sequences where
+// it can (long head-major runs) and the threads meet once per call, not once per sequence. Cached
+// rows only, as above. Same bits: each row is rotated exactly once with the same cos/sin.
+template <class T>
+void run_sequences(const std::vector<KernelArgs<T>>& calls, const ParallelFor& parallel) {
+  const Kernel<T> kernel = select_kernel<T>();
+  const std::int64_t seq = calls.front().tokens;  // every sequence of a batch has seq tokens
+  const auto total = static_cast<std::int64_t>(calls.size()) * seq;
+  parallel(total, [&calls, kernel, seq](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t b = begin / seq; b * seq < end; ++b) {
+      const std::int64_t lo = std::max(begin, b * seq) - b * seq;
+      const std::int64_t hi = std::min(end, (b + 1) * seq) - b * seq;
+      if (lo < hi) run_tokens(kernel, calls[static_cast<std::size_t>(b)], lo, hi);
+    }
+  });
+}
+
 // The whole batched call: validate everything, then dispatch.
 template <class T>
 void batch_qk(bool checked, const Rope<T>& rope, const BatchView<const T>& q_in, const BatchView<T>& q_out,
@@ -527,10 +545,11 @@ void batch_qk(bool checked, const Rope<T>& rope, const BatchView<const T>& q_in,
     if (!e.empty() && pieces.size() > 1) e = concat("sequence ", &x - pieces.data(), ": ", e);
     report(checked, e);
   }
-  const bool interleaved = calls.size() > 1 && calls.front().generator == nullptr &&
-                           std::abs(q_in.strides.batch) < std::abs(q_in.strides.seq);
-  if (interleaved) {
+  const bool cached = calls.front().generator == nullptr;
+  if (calls.size() > 1 && cached && std::abs(q_in.strides.batch) < std::abs(q_in.strides.seq)) {
     run_interleaved(calls, parallel);
+  } else if (calls.size() > 1 && cached && parallel) {
+    run_sequences(calls, parallel);
   } else {
     for (const KernelArgs<T>& a : calls) run(a, parallel);
   }
