@@ -130,6 +130,12 @@ template <class T>
 bool same_bits(T a, T b) {
   return std::memcmp(&a, &b, sizeof(T)) == 0;
 }
+template <class T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(static_cast<const void*>(a.data()), static_cast<const void*>(b.data()),
+                                   a.size() * sizeof(T)) == 0);
+}
 
 // cos/sin of the cache row for `position`, widened to double.
 template <class T>

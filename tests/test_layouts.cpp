@@ -21,11 +21,7 @@ using rotary::Positions;
 using rotary::SequencePositions;
 using rotary::StridedLayout;
 using rotary_test::expect_error;
-
-template <class T>
-bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
-}
+using rotary_test::same_bits;
 
 // Element offset of row (b, s, h) in a view.
 inline std::ptrdiff_t at(const BatchStrides& st, std::int64_t b, std::int64_t s, std::int64_t h) {

@@ -34,12 +34,7 @@ using rotary::Direction;
 using rotary::Pairing;
 using rotary::Positions;
 using rotary::RotarySpec;
-
-template <class T>
-bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(static_cast<const void*>(a.data()),
-                                             static_cast<const void*>(b.data()), a.size() * sizeof(T)) == 0;
-}
+using rotary_test::same_bits;
 
 template <class T>
 std::vector<T> random_values(std::size_t n, std::mt19937_64& rng) {

@@ -21,11 +21,7 @@ using rotary::SequencePositions;
 using rotary::StridedLayout;
 using rotary::detail::kHeadMajorBlock;
 using rotary::detail::kHeadMajorGroup;
-
-template <class T>
-bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
-}
+using rotary_test::same_bits;
 
 std::size_t elements(const BatchShape& s) {
   return static_cast<std::size_t>(s.batch * s.seq * s.heads * s.head_dim);

@@ -22,7 +22,6 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <limits>
 #include <string>
 #include <string_view>
@@ -546,7 +545,7 @@ void batch_qk(bool checked, const Rope<T>& rope, const BatchView<const T>& q_in,
     report(checked, e);
   }
   const bool cached = calls.front().generator == nullptr;
-  if (calls.size() > 1 && cached && std::abs(q_in.strides.batch) < std::abs(q_in.strides.seq)) {
+  if (calls.size() > 1 && cached && q_in.strides.batch < q_in.strides.seq) {
     run_interleaved(calls, parallel);
   } else if (calls.size() > 1 && cached && parallel) {
     run_sequences(calls, parallel);
