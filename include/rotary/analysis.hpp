@@ -56,7 +56,7 @@ namespace detail {
 inline void check_theta(const std::vector<double>& theta, const char* what) {
   if (theta.empty()) throw error(concat(what, ": theta is empty (rotary_dim must be > 0)"));
   for (std::size_t j = 0; j < theta.size(); ++j)
-    if (!std::isfinite(theta[j]))
+    if (!detail::finite(theta[j]))
       throw error(concat(what, ": theta[", j, "] (", theta[j], ") must be finite"));
 }
 
@@ -233,14 +233,14 @@ inline AttentionPattern attention_pattern(const std::vector<std::complex<double>
   detail::check_theta(theta, "attention_pattern");
   if (h.size() != theta.size())
     throw error(concat("attention_pattern: h has ", h.size(), " entries; theta has ", theta.size()));
-  if (!(base > 0.0) || !std::isfinite(base))
+  if (!(base > 0.0) || !detail::finite(base))
     throw error(concat("base (", base, ") must be positive and finite"));
-  if (!std::isfinite(rf.alpha)) throw error(concat("alpha (", rf.alpha, ") must be finite"));
-  if (!std::isfinite(rf.rho)) throw error(concat("rho (", rf.rho, ") must be finite"));
+  if (!detail::finite(rf.alpha)) throw error(concat("alpha (", rf.alpha, ") must be finite"));
+  if (!detail::finite(rf.rho)) throw error(concat("rho (", rf.rho, ") must be finite"));
   AttentionPattern p;
   p.deltas = deltas;
   p.phi = rf.alpha / std::pow(base, rf.rho);  // as finish_frequencies()
-  if (!std::isfinite(p.phi)) throw error(concat("alpha / base^rho (", p.phi, ") must be finite"));
+  if (!detail::finite(p.phi)) throw error(concat("alpha / base^rho (", p.phi, ") must be finite"));
   const double keep = 1.0 - rf.alpha;
   p.theta_prime.resize(theta.size());
   for (std::size_t j = 0; j < theta.size(); ++j) p.theta_prime[j] = keep * theta[j];

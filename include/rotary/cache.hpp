@@ -149,6 +149,7 @@ class CosSinCache {
 
   template <class PositionOf>
   void fill_rows(std::int64_t rows, PositionOf position_of) {
+    detail::check_exact_angle();
     rows_ = rows;
     const std::int64_t h = pairs();
     table_.assign(static_cast<std::size_t>(rows * 2 * h), T(0));

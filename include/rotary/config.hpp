@@ -87,11 +87,9 @@
 #define ROTARY_TARGET_AVX512_BF16
 #endif
 
-// The exact cos/sin tables rely on IEEE double arithmetic with correctly rounded products and fma.
-// -ffast-math lets the compiler reassociate the error-free transformations away.
-#if defined(__FAST_MATH__) && !defined(ROTARY_ALLOW_FAST_MATH)
-#error "rotary: -ffast-math breaks the exact angle reduction; compile rotary users without it " \
-       "(or define ROTARY_ALLOW_FAST_MATH and accept inexact cos/sin tables)"
-#endif
-
+// Value-unsafe flags (-ffast-math, -Ofast, -funsafe-math-optimizations, -fassociative-math,
+// -fno-signed-zeros, -ffinite-math-only, -ffp-contract=fast) are supported: the exact angle
+// reduction runs behind optimisation barriers, sign masks and finiteness checks read bit patterns
+// (detail/fp.hpp), and the first table built checks known rows (detail/exact_angle.hpp) and throws
+// rotary::error if a flag still got through. tests/flags builds the core tests under each set.
 #endif  // ROTARY_CONFIG_HPP

@@ -53,18 +53,18 @@ struct RotarySpec {
     const std::int64_t d = effective_rotary_dim();
     if (d < 0 || d % 2 != 0 || d > head_dim)
       throw error(concat("rotary_dim (", d, ") must be even, positive and <= head_dim (", head_dim, ")"));
-    if (!(base > 0.0) || !std::isfinite(base))
+    if (!(base > 0.0) || !detail::finite(base))
       throw error(concat("base (", base, ") must be positive and finite"));
     if (!freq_factors.empty() && static_cast<std::int64_t>(freq_factors.size()) != d / 2)
       throw error(concat("freq_factors has ", freq_factors.size(), " entries; rotary_dim/2 = ", d / 2,
                          " are needed"));
     for (std::size_t j = 0; j < freq_factors.size(); ++j)
-      if (!(freq_factors[j] > 0.0) || !std::isfinite(freq_factors[j]))
+      if (!(freq_factors[j] > 0.0) || !detail::finite(freq_factors[j]))
         throw error(concat("freq_factors[", j, "] (", freq_factors[j], ") must be positive and finite"));
     if (receptive_field) {
-      if (!std::isfinite(receptive_field->alpha))
+      if (!detail::finite(receptive_field->alpha))
         throw error(concat("alpha (", receptive_field->alpha, ") must be finite"));
-      if (!std::isfinite(receptive_field->rho))
+      if (!detail::finite(receptive_field->rho))
         throw error(concat("rho (", receptive_field->rho, ") must be finite"));
     }
   }
@@ -82,9 +82,9 @@ struct Frequencies {
     using detail::concat;
     if (theta.empty()) throw error("frequencies: theta is empty (rotary_dim must be > 0)");
     for (std::size_t j = 0; j < theta.size(); ++j)
-      if (!std::isfinite(theta[j]))
+      if (!detail::finite(theta[j]))
         throw error(concat("theta[", j, "] (", theta[j], ") must be finite"));
-    if (!(attention_factor > 0.0) || !std::isfinite(attention_factor))
+    if (!(attention_factor > 0.0) || !detail::finite(attention_factor))
       throw error(concat("attention_factor (", attention_factor, ") must be positive and finite"));
   }
 };
@@ -94,16 +94,17 @@ inline Frequencies default_frequencies(std::int64_t rotary_dim, double base) {
   using detail::concat;
   if (rotary_dim <= 0 || rotary_dim % 2 != 0)
     throw error(concat("rotary_dim (", rotary_dim, ") must be even and positive"));
-  if (!(base > 0.0) || !std::isfinite(base))
+  if (!(base > 0.0) || !detail::finite(base))
     throw error(concat("base (", base, ") must be positive and finite"));
   Frequencies f;
   f.theta.resize(static_cast<std::size_t>(rotary_dim / 2));
   // In long double: the exponent 2j/d is inexact in double, and base^e magnifies its rounding by
-  // ln(base) (~9 ulp at base 1e4), so double pow would leave theta several ulps off.
+  // ln(base) (~9 ulp at base 1e4), so double pow would leave theta several ulps off. libm_powl:
+  // the same bits under value-unsafe flags (detail/fp.hpp).
   for (std::int64_t j = 0; j < rotary_dim / 2; ++j) {
     const long double e = static_cast<long double>(2 * j) / static_cast<long double>(rotary_dim);
     f.theta[static_cast<std::size_t>(j)] =
-        static_cast<double>(1.0L / std::pow(static_cast<long double>(base), e));
+        static_cast<double>(1.0L / detail::libm_powl(static_cast<long double>(base), e));
   }
   return f;
 }

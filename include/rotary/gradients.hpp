@@ -300,10 +300,10 @@ inline ReceptiveFieldGradient receptive_field_gradient(const std::vector<double>
   if (theta.empty()) throw error("receptive_field_gradient: theta is empty");
   if (d_theta_star.size() != theta.size())
     throw error(concat("d_theta_star has ", d_theta_star.size(), " entries; theta has ", theta.size()));
-  if (!(base > 0.0) || !std::isfinite(base))
+  if (!(base > 0.0) || !detail::finite(base))
     throw error(concat("base (", base, ") must be positive and finite"));
-  if (!std::isfinite(rf.alpha)) throw error(concat("alpha (", rf.alpha, ") must be finite"));
-  if (!std::isfinite(rf.rho)) throw error(concat("rho (", rf.rho, ") must be finite"));
+  if (!detail::finite(rf.alpha)) throw error(concat("alpha (", rf.alpha, ") must be finite"));
+  if (!detail::finite(rf.rho)) throw error(concat("rho (", rf.rho, ") must be finite"));
   const long double log_base = std::log(static_cast<long double>(base));
   const long double base_pow = std::exp(-static_cast<long double>(rf.rho) * log_base);  // base^-rho
   long double d_alpha = 0.0L;

@@ -178,7 +178,7 @@ inline ResolvedRope resolve(const HfConfig& config, const ResolveOptions& option
   }
   if (p.rope_type.empty()) p.rope_type = "default";
   if (p.rope_type == "su") p.rope_type = "longrope";
-  if (!(p.rope_theta > 0.0) || !std::isfinite(p.rope_theta))
+  if (!(p.rope_theta > 0.0) || !detail::finite(p.rope_theta))
     throw error(concat("rope_theta (", p.rope_theta, ") must be positive and finite"));
 
   // 2. max_position_embeddings and the pre-extension length.

@@ -85,7 +85,7 @@ RowMatrix<T> features(const Map& map, const RowMatrix<T>& x, std::int64_t head_d
   for (Eigen::Index r = 0; r < f.rows(); ++r)
     for (Eigen::Index c = 0; c < f.cols(); ++c) {
       const T v = f(r, c);
-      if (!(v >= T(0)) || !std::isfinite(v))
+      if (!(v >= T(0)) || !detail::finite(v))
         throw error(concat("feature map of ", name, " gave ", v, " at row ", r, ", column ", c,
                            ": linear attention needs finite, non-negative features"));
     }
@@ -120,7 +120,7 @@ RowMatrix<T> rope_linear_attention(const Rope<T>& rope, detail::identity_t<Const
   if (options.causal && nq != nk)
     throw error(concat("causal linear attention needs as many queries as keys (q has ", nq, " rows, k has ",
                        nk, ")"));
-  if (!(options.eps >= 0.0) || !std::isfinite(options.eps))
+  if (!(options.eps >= 0.0) || !detail::finite(options.eps))
     throw error(concat("eps (", options.eps, ") must be >= 0 and finite"));
   detail::check_count(q_positions, nq, "q_positions");
   detail::check_count(k_positions, nk, "k_positions");

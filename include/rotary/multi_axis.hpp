@@ -412,7 +412,7 @@ inline std::vector<std::int64_t> grid_positions(std::int64_t frames, std::int64_
   const std::int64_t m = options.merge;
   if (m < 1 || rows % m != 0 || cols % m != 0)
     throw error(concat("merge (", m, ") must be >= 1 and divide rows (", rows, ") and cols (", cols, ")"));
-  if (!(options.temporal_scale >= 0.0) || !std::isfinite(options.temporal_scale))
+  if (!(options.temporal_scale >= 0.0) || !detail::finite(options.temporal_scale))
     throw error(concat("temporal_scale (", options.temporal_scale, ") must be finite and >= 0"));
   if (options.start < 0) throw error(concat("grid start (", options.start, ") must be >= 0"));
   const std::int64_t per_frame = rows * cols;

@@ -120,7 +120,7 @@ inline std::int64_t scaling_l0(const RopeParameters& p, const ScalingInput& in) 
 }
 
 inline void require_finite_positive(const char* rope_type, const char* name, const std::optional<double>& v) {
-  if (v && (!(*v > 0.0) || !std::isfinite(*v)))
+  if (v && (!(*v > 0.0) || !detail::finite(*v)))
     throw error(concat("rope_type '", rope_type, "': ", name, " (", *v, ") must be positive and finite"));
 }
 
@@ -130,7 +130,7 @@ inline void require_key(const std::string& rope_type, const char* name, bool pre
 }
 
 inline void require_factor_at_least_one(const std::string& rope_type, const std::optional<double>& f) {
-  if (f && std::isfinite(*f) && *f > 0.0 && *f < 1.0)
+  if (f && detail::finite(*f) && *f > 0.0 && *f < 1.0)
     throw error(concat("rope_type '", rope_type, "': factor (", *f,
                        ") must be >= 1 (HF only warns; a factor below 1 shrinks the context — did you mean ",
                        1.0 / *f, "?)"));
@@ -142,7 +142,7 @@ inline void check_factor_list(const std::string& rope_type, const char* name, co
     throw error(concat("rope_type '", rope_type, "': ", name, " has ", v.size(), " entries; rotary_dim/2 = ", pairs,
                        " are needed"));
   for (std::size_t j = 0; j < v.size(); ++j)
-    if (!(v[j] > 0.0) || !std::isfinite(v[j]))
+    if (!(v[j] > 0.0) || !detail::finite(v[j]))
       throw error(concat("rope_type '", rope_type, "': ", name, "[", j, "] (", v[j], ") must be positive and finite"));
 }
 
@@ -175,7 +175,7 @@ inline void validate(const RopeParameters& p, const ScalingInput& in) {
   if (d % 2 != 0)
     throw error(concat("rotary_dim (", d, ") is odd", d == in.head_dim ? " (fully rotated head)" : "",
                        ": RoPE rotates pairs of coordinates; use an even rotary_dim"));
-  if (!(p.rope_theta > 0.0) || !std::isfinite(p.rope_theta))
+  if (!(p.rope_theta > 0.0) || !detail::finite(p.rope_theta))
     throw error(concat("rope_theta (", p.rope_theta, ") must be positive and finite"));
   if (in.max_position_embeddings < 0)
     throw error(concat("max_position_embeddings (", in.max_position_embeddings, ") must be >= 0"));
@@ -189,7 +189,7 @@ inline void validate(const RopeParameters& p, const ScalingInput& in) {
   detail::require_finite_positive(tc, "low_freq_factor", p.low_freq_factor);
   detail::require_finite_positive(tc, "high_freq_factor", p.high_freq_factor);
   const auto non_negative = [&t](const char* name, const std::optional<double>& v) {
-    if (v && (!(*v >= 0.0) || !std::isfinite(*v)))
+    if (v && (!(*v >= 0.0) || !detail::finite(*v)))
       throw error(concat("rope_type '", t, "': ", name, " (", *v, ") must be >= 0 and finite (0 = HF's default)"));
   };
   non_negative("beta_fast", p.beta_fast);

@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "config.hpp"
+#include "detail/fp.hpp"
 
 namespace rotary {
 

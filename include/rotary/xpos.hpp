@@ -112,11 +112,11 @@ class XPos {
     if (freq_.rotary_dim() != spec_.effective_rotary_dim())
       throw error(concat("frequencies cover rotary_dim ", freq_.rotary_dim(), " but the spec says ",
                          spec_.effective_rotary_dim()));
-    if (!(gamma > 0.0) || !std::isfinite(gamma))
+    if (!(gamma > 0.0) || !detail::finite(gamma))
       throw error(concat("xpos gamma (", gamma,
                          ") must be positive and finite (zeta_0 = gamma/(1+gamma) "
                          "must lie in (0, 1))"));
-    if (!(scale_base > 0.0) || !std::isfinite(scale_base))
+    if (!(scale_base > 0.0) || !detail::finite(scale_base))
       throw error(concat("xpos scale_base (", scale_base, ") must be positive and finite"));
     const std::int64_t h = pairs();
     const long double d = static_cast<long double>(rotary_dim());
@@ -303,7 +303,7 @@ class XPos {
   }
 
   static std::string check_center(double center) {
-    if (!std::isfinite(center) || std::fabs(center) > kMaxCenter)
+    if (!detail::finite(center) || std::fabs(center) > kMaxCenter)
       return detail::concat("xpos center (", center, ") must be finite with |center| <= 2^62");
     return {};
   }

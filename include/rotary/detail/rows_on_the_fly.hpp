@@ -27,6 +27,7 @@ class RowGenerator {
 
   RowGenerator() = default;
   RowGenerator(const std::vector<double>& theta, double scale) : scale_(scale) {
+    check_exact_angle();
     turns_.reserve(theta.size());
     step_cos_.reserve(theta.size());
     step_sin_.reserve(theta.size());
@@ -71,8 +72,9 @@ class RowGenerator {
   void advance(std::int64_t j, double& c, double& s) const noexcept {
     const double sc = step_cos_[static_cast<std::size_t>(j)];
     const double ss = step_sin_[static_cast<std::size_t>(j)];
-    const double nc = c * sc - s * ss;
-    const double ns = s * sc + c * ss;
+    // Products through opaque(): -ffp-contract=fast must not fuse them (same bits in every build).
+    const double nc = opaque(c * sc) - opaque(s * ss);
+    const double ns = opaque(s * sc) + opaque(c * ss);
     c = nc;
     s = ns;
   }

@@ -60,7 +60,10 @@ struct F32 {
   }
   static ROTARY_AVX2_INLINE V load_dup(const T* p) noexcept { return dup(_mm_loadu_ps(p)); }
   static ROTARY_AVX2_INLINE V load_dup(const T* p, HalfMask m) noexcept { return dup(_mm_maskload_ps(p, m)); }
-  static ROTARY_AVX2_INLINE V sign(bool negative) noexcept { return _mm256_set1_ps(negative ? -0.0f : 0.0f); }
+  // Sign masks from integer bit patterns: -fno-signed-zeros may fold a -0.0f constant to +0.0f.
+  static ROTARY_AVX2_INLINE V sign(bool negative) noexcept {
+    return _mm256_castsi256_ps(_mm256_set1_epi32(negative ? INT32_MIN : 0));
+  }
   static ROTARY_AVX2_INLINE V flip(V v, V sign_bits) noexcept { return _mm256_xor_ps(v, sign_bits); }
   static ROTARY_AVX2_INLINE V mul(V a, V b) noexcept { return _mm256_mul_ps(a, b); }
   static ROTARY_AVX2_INLINE V fmadd(V a, V b, V c) noexcept { return _mm256_fmadd_ps(a, b, c); }
@@ -93,7 +96,9 @@ struct F64 {
   }
   static ROTARY_AVX2_INLINE V load_dup(const T* p) noexcept { return dup(_mm_loadu_pd(p)); }
   static ROTARY_AVX2_INLINE V load_dup(const T* p, HalfMask m) noexcept { return dup(_mm_maskload_pd(p, m)); }
-  static ROTARY_AVX2_INLINE V sign(bool negative) noexcept { return _mm256_set1_pd(negative ? -0.0 : 0.0); }
+  static ROTARY_AVX2_INLINE V sign(bool negative) noexcept {
+    return _mm256_castsi256_pd(_mm256_set1_epi64x(negative ? INT64_MIN : 0));
+  }
   static ROTARY_AVX2_INLINE V flip(V v, V sign_bits) noexcept { return _mm256_xor_pd(v, sign_bits); }
   static ROTARY_AVX2_INLINE V mul(V a, V b) noexcept { return _mm256_mul_pd(a, b); }
   static ROTARY_AVX2_INLINE V fmadd(V a, V b, V c) noexcept { return _mm256_fmadd_pd(a, b, c); }

@@ -71,8 +71,9 @@ struct F32 {
   static ROTARY_AVX512_INLINE V load_dup(const T* p, HalfMask m) noexcept {
     return dup(_mm256_maskz_loadu_ps(m, p));
   }
+  // Sign masks from integer bit patterns: -fno-signed-zeros may fold a -0.0f constant to +0.0f.
   static ROTARY_AVX512_INLINE V sign(bool negative) noexcept {
-    return _mm512_set1_ps(negative ? -0.0f : 0.0f);
+    return _mm512_castsi512_ps(_mm512_set1_epi32(negative ? INT32_MIN : 0));
   }
   static ROTARY_AVX512_INLINE V flip(V v, V sign_bits) noexcept { return _mm512_xor_ps(v, sign_bits); }
   static ROTARY_AVX512_INLINE V mul(V a, V b) noexcept { return _mm512_mul_ps(a, b); }
@@ -108,7 +109,9 @@ struct F64 {
   static ROTARY_AVX512_INLINE V load_dup(const T* p, HalfMask m) noexcept {
     return dup(_mm256_maskz_loadu_pd(m, p));
   }
-  static ROTARY_AVX512_INLINE V sign(bool negative) noexcept { return _mm512_set1_pd(negative ? -0.0 : 0.0); }
+  static ROTARY_AVX512_INLINE V sign(bool negative) noexcept {
+    return _mm512_castsi512_pd(_mm512_set1_epi64(negative ? INT64_MIN : 0));
+  }
   static ROTARY_AVX512_INLINE V flip(V v, V sign_bits) noexcept { return _mm512_xor_pd(v, sign_bits); }
   static ROTARY_AVX512_INLINE V mul(V a, V b) noexcept { return _mm512_mul_pd(a, b); }
   static ROTARY_AVX512_INLINE V fmadd(V a, V b, V c) noexcept { return _mm512_fmadd_pd(a, b, c); }

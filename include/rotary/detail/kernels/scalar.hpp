@@ -21,8 +21,8 @@ namespace rotary::detail::scalar {
 
 template <class T>
 inline void rotate_pair(T x0, T x1, T c, T s, T& y0, T& y1) noexcept {
-  y0 = std::fma(x0, c, -(x1 * s));
-  y1 = std::fma(x1, c, x0 * s);
+  y0 = fused_multiply_add(x0, c, -(x1 * s));
+  y1 = fused_multiply_add(x1, c, x0 * s);
 }
 
 // One head row in storage type T, computed in C = compute_t<T>. cs = [cos_0..cos_{h-1},
