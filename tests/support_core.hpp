@@ -90,7 +90,7 @@ typename Bits<T>::U to_bits(T x) {
 
 template <class T>
 bool is_nan(T x) {
-  return std::isnan(static_cast<double>(rotary::detail::to_compute(x)));
+  return rotary::detail::is_nan(static_cast<double>(rotary::detail::to_compute(x)));
 }
 
 // ---- ISAs ---------------------------------------------------------------------------------------

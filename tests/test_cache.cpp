@@ -11,8 +11,13 @@ using rotary::Frequencies;
 
 // Long double reference for cos/sin(m * theta): (long double)m * theta is exact to ~1e-10 rad for
 // m < 2^31 (64-bit significand), and glibc's sinl/cosl reduce their argument exactly.
-long double ref_cos(std::int64_t m, double theta) { return std::cos(static_cast<long double>(m) * theta); }
-long double ref_sin(std::int64_t m, double theta) { return std::sin(static_cast<long double>(m) * theta); }
+// Through libm pointers: the flag-matrix builds (tests/flags) must not turn these into x87 fsin.
+long double ref_cos(std::int64_t m, double theta) {
+  return rotary::detail::libm_cosl(static_cast<long double>(m) * theta);
+}
+long double ref_sin(std::int64_t m, double theta) {
+  return rotary::detail::libm_sinl(static_cast<long double>(m) * theta);
+}
 
 // What HF and ggml compute: the angle as float(m) * float(theta), then cos/sin.
 double float_angle_error(std::int64_t m, const std::vector<double>& theta) {

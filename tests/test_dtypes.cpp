@@ -25,14 +25,14 @@ TEST(Conversions, AgreeWithEigenOnFiniteValues) {
     const auto u = static_cast<std::uint16_t>(h);
     const float a = rd::f16_bits_to_f32(u);
     const float b = static_cast<float>(Eigen::numext::bit_cast<f16>(u));
-    if (std::isnan(b)) {
-      EXPECT_TRUE(std::isnan(a)) << std::hex << h;
+    if (rotary::detail::is_nan(b)) {
+      EXPECT_TRUE(rotary::detail::is_nan(a)) << std::hex << h;
     } else {
       EXPECT_EQ(rd::float_bits(a), rd::float_bits(b)) << std::hex << h;
     }
     const float c = rd::bf16_bits_to_f32(u);
     const float d = static_cast<float>(Eigen::numext::bit_cast<bf16>(u));
-    if (!std::isnan(d)) {
+    if (!rotary::detail::is_nan(d)) {
       EXPECT_EQ(rd::float_bits(c), rd::float_bits(d)) << std::hex << h;
     }
   }
@@ -40,7 +40,7 @@ TEST(Conversions, AgreeWithEigenOnFiniteValues) {
   for (std::uint64_t i = 0; i < (std::uint64_t{1} << 32); i += 65521) {  // prime stride: all exponents
     const auto u = static_cast<std::uint32_t>(i);
     const float f = rd::bits_float(u);
-    if (std::isnan(f)) continue;
+    if (rotary::detail::is_nan(f)) continue;
     EXPECT_EQ(rd::f32_to_f16_bits(f), bits(f16(f))) << std::hex << u;
     const bool subnormal = (u & 0x7f800000u) == 0 && (u & 0x007fffffu) != 0;
     if (!subnormal) {
@@ -51,8 +51,8 @@ TEST(Conversions, AgreeWithEigenOnFiniteValues) {
     ++checked;
   }
   EXPECT_GT(checked, 60000);
-  EXPECT_TRUE(std::isnan(rd::f16_bits_to_f32(rd::f32_to_f16_bits(std::numeric_limits<float>::quiet_NaN()))));
-  EXPECT_TRUE(std::isnan(rd::bf16_bits_to_f32(rd::f32_to_bf16_bits(std::numeric_limits<float>::quiet_NaN()))));
+  EXPECT_TRUE(rotary::detail::is_nan(rd::f16_bits_to_f32(rd::f32_to_f16_bits(std::numeric_limits<float>::quiet_NaN()))));
+  EXPECT_TRUE(rotary::detail::is_nan(rd::bf16_bits_to_f32(rd::f32_to_bf16_bits(std::numeric_limits<float>::quiet_NaN()))));
 }
 
 template <class T>

@@ -577,7 +577,7 @@ void check_rounding(const std::string& name, Kernel<T> kernel, const std::vector
     const auto i = static_cast<std::size_t>(row * kProbeHalf + j);
     if (j < kProbeHalf && i < probes.size()) {
       const float c = probes[i];
-      if (std::isnan(c)) {
+      if (rotary::detail::is_nan(c)) {
         ++nans;
         EXPECT_TRUE(is_nan(got[k]) && is_nan(want[k]))
             << name << ": NaN 0x" << std::hex << rotary::detail::float_bits(c);

@@ -57,8 +57,8 @@ inline Eigen::MatrixXd rotation_matrix(const std::vector<double>& theta, std::in
   std::vector<double> s(theta.size());
   for (std::size_t j = 0; j < theta.size(); ++j) {
     const long double angle = static_cast<long double>(m) * static_cast<long double>(theta[j]);
-    c[j] = static_cast<double>(std::cos(angle));
-    s[j] = static_cast<double>(std::sin(angle));
+    c[j] = static_cast<double>(detail::libm_cosl(angle));  // libm: flag-proof (detail/fp.hpp)
+    s[j] = static_cast<double>(detail::libm_sinl(angle));
   }
   return rotation_matrix_from(c, s, head_dim, pairing);
 }
@@ -94,7 +94,7 @@ inline Eigen::VectorXd rotate_complex(const Eigen::VectorXd& x, const std::vecto
     const std::int64_t b = pair_second(pairing, j, h);
     const long double angle = sign * static_cast<long double>(m) * static_cast<long double>(theta[static_cast<std::size_t>(j)]);
     const std::complex<long double> z(x(a), x(b));
-    const std::complex<long double> w = z * std::polar(1.0L, angle);
+    const std::complex<long double> w = z * std::complex<long double>(detail::libm_cosl(angle), detail::libm_sinl(angle));
     y(a) = static_cast<double>(w.real());
     y(b) = static_cast<double>(w.imag());
   }

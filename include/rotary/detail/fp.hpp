@@ -118,6 +118,18 @@ inline long double libm_powl(long double b, long double e) noexcept {
   return fn(b, e);
 }
 
+// libm's sinl/cosl, for the long double references (reference.hpp, the tests): g++'s
+// -funsafe-math-optimizations otherwise inlines x87 fsin/fcos, whose range reduction with a 66-bit
+// pi is wrong by up to 1e-3 rad at angles near 2^62.
+inline long double libm_sinl(long double x) noexcept {
+  static long double (*volatile const fn)(long double) = &::sinl;
+  return fn(x);
+}
+inline long double libm_cosl(long double x) noexcept {
+  static long double (*volatile const fn)(long double) = &::cosl;
+  return fn(x);
+}
+
 }  // namespace rotary::detail
 
 #endif  // ROTARY_DETAIL_FP_HPP
