@@ -7,17 +7,18 @@
 // they round trip), attention_factor, and for each requested position one row of cos and one of sin
 // (rotary_dim/2 float values each, per frequency, WITHOUT the attention factor, "%.9g" so they round
 // trip as float). --seq-len is the sequence length length-dependent rules see (dynamic NTK, longrope
-// short/long switching); --layer-type picks per-layer-type parameters (default full_attention).
+// short/long switching); --layer-type picks per-layer-type parameters (default: the model's RoPE
+// layers, full_attention for most, chunked_attention for Llama 4). Also printed: mrope_section and
+// mrope_interleaved (M-RoPE models), softmax_scale_factor (DeepSeek's yarn mscale on the softmax
+// scale) and the warnings (misspelt or ignored keys, unknown families), which also go to stderr.
 // Exit status: 0 on success, 1 for a bad file or config, 2 for bad arguments.
 //
-// The JSON -> rotary::HfConfig mapping lives in inspect_config.hpp (shared with tests/fuzz/fuzz_config);
-// rotary's headers need no JSON library.
+// The JSON -> rotary::HfConfig mapping is rotary/hf_json.hpp (optional, needs nlohmann-json).
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <iostream>
 #include <optional>
 #include <sstream>
@@ -27,14 +28,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "inspect_config.hpp"
 #include "rotary/cache.hpp"
 #include "rotary/hf_config.hpp"
+#include "rotary/hf_json.hpp"
 
 namespace {
 
 using nlohmann::json;
-using rotary_inspect::ConfigError;
 
 struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -129,11 +129,9 @@ Args parse_args(int argc, char** argv) {
 }
 
 int run(const Args& args) {
-  std::ifstream in(args.config_path);
-  if (!in) throw ConfigError("cannot open the file");
-  const json root = rotary_inspect::parse_json(in);
-  const rotary::HfConfig config = rotary_inspect::parse_config(root);
+  const rotary::HfConfig config = rotary::load_hf_config(args.config_path);
   const rotary::ResolvedRope r = rotary::resolve(config, args.options);
+  for (const std::string& w : r.warnings) std::cerr << "rotary-inspect: warning: " << w << "\n";
 
   const auto cache = rotary::CosSinCache<float>::for_positions(r.freqs, args.positions,
                                                                rotary::AttentionFactor::separate);
@@ -142,7 +140,7 @@ int run(const Args& args) {
   std::ostringstream o;
   o << "{\n";
   o << "  \"model_type\": " << (config.model_type ? json(*config.model_type).dump() : "null") << ",\n";
-  o << "  \"layer_type\": " << json(args.options.layer_type).dump() << ",\n";
+  o << "  \"layer_type\": " << json(r.layer_type).dump() << ",\n";
   o << "  \"rope_type\": " << json(r.params.rope_type).dump() << ",\n";
   o << "  \"rope_theta\": " << fmt("%.17g", r.params.rope_theta) << ",\n";
   o << "  \"head_dim\": " << r.spec.head_dim << ",\n";
@@ -151,6 +149,10 @@ int run(const Args& args) {
   o << "  \"max_position_embeddings\": " << r.input.max_position_embeddings << ",\n";
   o << "  \"seq_len\": " << (r.input.seq_len ? std::to_string(*r.input.seq_len) : "null") << ",\n";
   o << "  \"attention_factor\": " << fmt("%.17g", r.freqs.attention_factor) << ",\n";
+  o << "  \"softmax_scale_factor\": " << fmt("%.17g", r.softmax_scale_factor) << ",\n";
+  o << "  \"mrope_section\": " << json(r.mrope_section).dump() << ",\n";
+  o << "  \"mrope_interleaved\": " << (r.mrope_interleaved ? "true" : "false") << ",\n";
+  o << "  \"warnings\": " << json(r.warnings).dump() << ",\n";
   o << "  \"inv_freq\": [";
   for (std::size_t j = 0; j < r.freqs.theta.size(); ++j)
     o << (j ? ", " : "") << fmt("%.17g", r.freqs.theta[j]);
@@ -193,7 +195,7 @@ int main(int argc, char** argv) {
   }
   try {
     return run(args);
-  } catch (const std::exception& e) {  // ConfigError, rotary::error (already "rotary: ..."), json errors
+  } catch (const std::exception& e) {  // rotary::error (already "rotary: ...")
     std::cerr << "rotary-inspect: " << args.config_path << ": " << e.what() << "\n";
     return 1;
   }

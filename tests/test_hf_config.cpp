@@ -9,6 +9,7 @@
 #include <string>
 
 #include <rotary/hf_config.hpp>
+#include <rotary/multi_axis.hpp>
 
 #include "support.hpp"
 
@@ -210,7 +211,10 @@ TEST(HfConfig, GemmaLocalBaseFreqForSlidingLayers) {
   EXPECT_EQ(local.params.rope_type, "default");
   EXPECT_EQ(local.spec.base, 10000.0);
   EXPECT_EQ(local.freqs.theta[1], theta_j(1, 256, 10000.0));
-  c.rope_local_base_freq.reset();  // without it, sliding layers share the global rope (Mistral, ...)
+  c.rope_local_base_freq.reset();  // Gemma3TextConfig's class default is 1e4: the same
+  EXPECT_EQ(resolve(c, o).params.rope_type, "default");
+  EXPECT_EQ(resolve(c, o).spec.base, 10000.0);
+  c.model_type = "mistral";  // no local base: sliding layers share the global rope
   EXPECT_EQ(resolve(c, o).params.rope_type, "linear");
 }
 
@@ -272,10 +276,11 @@ TEST(HfConfig, SeqLenDrivesDynamicNtk) {
 }
 
 TEST(HfConfig, PairingByModelFamily) {
-  for (const char* m : {"gptj", "codegen", "cohere", "cohere2", "glm", "glm4", "chatglm", "deepseek_v2", "deepseek_v3"})
+  for (const char* m : {"gptj", "codegen", "cohere", "cohere2", "glm", "glm4", "chatglm", "deepseek_v2", "deepseek_v3",
+                        "llama4_text", "llama4"})
     EXPECT_EQ(rotary::pairing_for_model_type(m), Pairing::interleaved) << m;
   for (const char* m : {"llama", "mistral", "qwen2", "qwen3", "phi", "phi3", "gpt_neox", "gemma3_text", "stablelm",
-                        "falcon", "", "some_future_model"})
+                        "falcon", "gpt_oss", "qwen2_vl", "qwen3_vl_text", "glm4_moe", "", "some_future_model"})
     EXPECT_EQ(rotary::pairing_for_model_type(m), Pairing::half_split) << m;
   HfConfig c = llama();
   c.model_type = "cohere";
@@ -287,9 +292,221 @@ TEST(HfConfig, PairingByModelFamily) {
   EXPECT_EQ(resolve(c, o).spec.pairing, Pairing::interleaved);
 }
 
+// ---- class defaults, families, M-RoPE (issue 12 §5) ------------------------------------------
+
+bool has_warning(const rotary::ResolvedRope& r, const std::string& fragment) {
+  for (const auto& w : r.warnings)
+    if (w.find(fragment) != std::string::npos) return true;
+  return false;
+}
+
+TEST(HfConfig, Gemma3ClassDefaultsWhereThePublishedFileIsSilent) {
+  // google/gemma-3-4b-it's text_config: hidden_size, rope_scaling linear x8, no rope_theta,
+  // rope_local_base_freq, head_dim or max_position_embeddings (Gemma3TextConfig: 1e6, 1e4, 256, 131072).
+  HfConfig c;
+  c.model_type = "gemma3_text";
+  c.hidden_size = 2560;
+  RopeParameters p;
+  p.rope_type = "linear";
+  p.factor = 8.0;
+  c.rope_scaling = p;
+  const auto full = resolve(c);
+  EXPECT_EQ(full.spec.head_dim, 256);  // not 2560 / 8
+  EXPECT_EQ(full.spec.base, 1e6);
+  EXPECT_EQ(full.params.rope_type, "linear");
+  EXPECT_EQ(full.input.max_position_embeddings, 131072);
+  EXPECT_EQ(full.freqs.theta[1], theta_j(1, 256, 1e6) / 8.0);
+  EXPECT_TRUE(full.warnings.empty());
+  ResolveOptions o;
+  o.layer_type = "sliding_attention";
+  const auto local = resolve(c, o);
+  EXPECT_EQ(local.params.rope_type, "default");  // unscaled
+  EXPECT_EQ(local.spec.base, 1e4);
+  EXPECT_EQ(local.freqs.theta[1], theta_j(1, 256, 1e4));
+}
+
+TEST(HfConfig, ClassDefaultsOfOtherFamilies) {
+  HfConfig c;
+  c.model_type = "qwen3";  // Qwen3Config: head_dim 128 whatever hidden_size / heads says
+  c.hidden_size = 2560;
+  c.num_attention_heads = 32;
+  EXPECT_EQ(resolve(c).spec.head_dim, 128);
+  c.head_dim = 0;  // HF's `head_dim or hidden_size // num_attention_heads`
+  EXPECT_EQ(resolve(c).spec.head_dim, 80);
+  c = HfConfig{};
+  c.model_type = "mixtral";
+  EXPECT_EQ(resolve(c).spec.base, 1e6);
+  EXPECT_EQ(resolve(c).spec.head_dim, 128);
+  c.model_type = "phi";  // PhiConfig: partial_rotary_factor 0.5, hidden 2048 / 32 heads
+  EXPECT_EQ(resolve(c).spec.head_dim, 64);
+  EXPECT_EQ(resolve(c).spec.effective_rotary_dim(), 32);
+  c.model_type = "gpt_neox";  // rotary_pct 0.25 of 6144 / 64
+  EXPECT_EQ(resolve(c).spec.effective_rotary_dim(), 24);
+  c.model_type = "gptj";  // rotary_dim 64 of n_embd 4096 / n_head 16
+  EXPECT_EQ(resolve(c).spec.effective_rotary_dim(), 64);
+  EXPECT_EQ(resolve(c).spec.head_dim, 256);
+  c.model_type = "deepseek_v3";  // qk_rope_head_dim 64, interleaved
+  EXPECT_EQ(resolve(c).spec.head_dim, 64);
+  EXPECT_EQ(resolve(c).spec.pairing, Pairing::interleaved);
+  c.model_type = "glm4";  // head_dim 128, partial_rotary_factor 0.5, interleaved
+  EXPECT_EQ(resolve(c).spec.effective_rotary_dim(), 64);
+  EXPECT_EQ(resolve(c).spec.pairing, Pairing::interleaved);
+  c = HfConfig{};
+  c.model_type = "phi3";  // longrope without original_max_position_embeddings: Phi3Config's 4096
+  c.max_position_embeddings = 131072;
+  RopeParameters lr;
+  lr.rope_type = "longrope";
+  lr.short_factor.assign(48, 1.0);
+  lr.long_factor.assign(48, 2.0);
+  c.rope_scaling = lr;
+  EXPECT_EQ(resolve(c).params.original_max_position_embeddings, 4096);
+  EXPECT_NEAR(resolve(c).freqs.attention_factor, std::sqrt(1.0 + std::log(32.0) / std::log(4096.0)), 1e-15);
+}
+
+TEST(HfConfig, GptOssDefaultsToYarnUnlessRopeScalingIsNull) {
+  HfConfig c;
+  c.model_type = "gpt_oss";
+  auto r = resolve(c);
+  EXPECT_EQ(r.spec.head_dim, 64);
+  EXPECT_EQ(r.spec.base, 150000.0);
+  EXPECT_EQ(r.params.rope_type, "yarn");
+  EXPECT_EQ(r.params.factor, 32.0);
+  EXPECT_EQ(r.params.truncate, false);
+  EXPECT_EQ(r.params.original_max_position_embeddings, 4096);
+  EXPECT_NEAR(r.freqs.attention_factor, 1.0 + 0.1 * std::log(32.0), 1e-15);
+  c.rope_scaling = RopeParameters{};  // "rope_scaling": null overrides the class default
+  r = resolve(c);
+  EXPECT_EQ(r.params.rope_type, "default");
+  EXPECT_EQ(r.spec.base, 150000.0);
+  EXPECT_EQ(r.freqs.attention_factor, 1.0);
+}
+
+TEST(HfConfig, Llama4IsInterleavedWithNopeFullAttentionLayers) {
+  HfConfig c;  // meta-llama/Llama-4-Scout-17B-16E text_config
+  c.model_type = "llama4_text";
+  c.hidden_size = 5120;
+  c.num_attention_heads = 40;
+  c.head_dim = 128;
+  c.max_position_embeddings = 10485760;
+  c.rope_theta = 500000.0;
+  RopeParameters p;
+  p.rope_type = "llama3";
+  p.factor = 16.0;
+  p.low_freq_factor = 1.0;
+  p.high_freq_factor = 1.0;  // equal: HF accepts it (no smoothing band)
+  p.original_max_position_embeddings = 8192;
+  c.rope_scaling = p;
+  const auto r = resolve(c);
+  EXPECT_EQ(r.layer_type, "chunked_attention");
+  EXPECT_EQ(r.spec.pairing, Pairing::interleaved);
+  EXPECT_EQ(r.freqs.theta[0], 1.0);
+  EXPECT_EQ(r.freqs.theta[63], theta_j(63, 128, 500000.0) / 16.0);
+  ResolveOptions o;
+  o.layer_type = "full_attention";
+  expect_error([&] { resolve(c, o); }, {"layer_type (\"full_attention\")", "llama4_text", "NoPE", "chunked_attention"});
+  c.rope_scaling->high_freq_factor = 0.5;  // swapped factors stay an error
+  expect_error([&] { resolve(c); }, {"high_freq_factor (0.5)", "low_freq_factor (1)"});
+}
+
+TEST(HfConfig, MropeIsDefaultRopeWithSections) {
+  HfConfig c;  // Qwen/Qwen2-VL-7B-Instruct: {"type": "mrope", "mrope_section": [16, 24, 24]}
+  c.model_type = "qwen2_vl";
+  c.hidden_size = 3584;
+  c.num_attention_heads = 28;
+  c.rope_theta = 1e6;
+  RopeParameters p;
+  p.rope_type = "mrope";
+  p.mrope_section = {16, 24, 24};
+  c.rope_scaling = p;
+  const auto r = resolve(c);
+  EXPECT_EQ(r.params.rope_type, "default");
+  EXPECT_EQ(r.mrope_section, (std::vector<std::int64_t>{16, 24, 24}));
+  EXPECT_FALSE(r.mrope_interleaved);
+  EXPECT_EQ(r.spec.pairing, Pairing::half_split);
+  EXPECT_EQ(r.freqs.theta[5], theta_j(5, 128, 1e6));
+  // The MultiAxisRope of the library's M-RoPE: pairs [0,16) t, [16,40) h, [40,64) w.
+  const rotary::MultiAxisRope<float> mrope(r.spec, rotary::mrope_axis_map(128, r.mrope_section), 64);
+  EXPECT_EQ(mrope.streams(), 3);
+  EXPECT_EQ(mrope.axis_map().count(0), 16);
+  EXPECT_EQ(mrope.axis_map().count(1), 24);
+  c.rope_scaling->mrope_section = {16, 24, 23};
+  expect_error([&] { resolve(c); }, {"mrope_section sums to 63", "rotary_dim/2 is 64"});
+  c.rope_scaling->mrope_section.clear();
+  expect_error([&] { resolve(c); }, {"'mrope' needs mrope_section"});
+  // Qwen3-VL: rope_type default with interleaved sections [24, 20, 20], theta 5e6.
+  c = HfConfig{};
+  c.model_type = "qwen3_vl_text";
+  c.rope_theta = 5e6;
+  p = RopeParameters{};
+  p.mrope_section = {24, 20, 20};
+  p.mrope_interleaved = true;
+  c.rope_scaling = p;
+  const auto q = resolve(c);
+  EXPECT_TRUE(q.mrope_interleaved);
+  EXPECT_EQ(q.spec.head_dim, 128);
+  const auto map = rotary::interleaved_mrope_axis_map(128, q.mrope_section);
+  EXPECT_EQ(map.count(1), 20);
+  EXPECT_EQ(map.count(2), 20);
+}
+
+TEST(HfConfig, DeepseekSoftmaxScaleFactor) {
+  HfConfig c;
+  c.model_type = "deepseek_v3";
+  c.max_position_embeddings = 163840;
+  RopeParameters p;
+  p.rope_type = "yarn";
+  p.factor = 40.0;
+  p.mscale = 1.0;
+  p.mscale_all_dim = 1.0;
+  p.original_max_position_embeddings = 4096;
+  c.rope_scaling = p;
+  const double m = 1.0 + 0.1 * std::log(40.0);
+  EXPECT_NEAR(resolve(c).softmax_scale_factor, m * m, 1e-15);
+  EXPECT_EQ(resolve(c).freqs.attention_factor, 1.0);  // m(s, 1) / m(s, 1)
+  c.model_type = "llama";  // only DeepSeek's attention does this
+  EXPECT_EQ(resolve(c).softmax_scale_factor, 1.0);
+}
+
+TEST(HfConfig, UnknownFamilyAndAlibi) {
+  HfConfig c = llama();
+  c.model_type = "some_future_model";
+  c.warnings = {"from the parser"};
+  const auto r = resolve(c);
+  EXPECT_EQ(r.warnings.front(), "from the parser");
+  EXPECT_TRUE(has_warning(r, "model_type 'some_future_model' is not a family rotary has checked"));
+  EXPECT_TRUE(has_warning(r, "half_split"));
+  c.model_type.reset();
+  EXPECT_TRUE(has_warning(resolve(c), "model_type is absent"));
+  c.model_type = "llama";
+  c.warnings.clear();
+  EXPECT_TRUE(resolve(c).warnings.empty());
+  c.model_type = "falcon";
+  c.alibi = true;  // tiiuae/falcon-rw-1b
+  expect_error([&] { resolve(c); }, {"alibi (true)", "no rotary position embedding"});
+  c.alibi = false;
+  EXPECT_EQ(resolve(c).spec.pairing, Pairing::half_split);
+}
+
+TEST(HfConfig, FamilyTableIsConsistent) {
+  for (const rotary::HfFamily& f : rotary::hf_families()) {
+    HfConfig c;
+    c.model_type = std::string(f.model_type);
+    const auto r = resolve(c);  // every family resolves from its class defaults alone
+    EXPECT_EQ(r.spec.pairing, f.pairing) << f.model_type;
+    EXPECT_EQ(r.layer_type, f.rope_layer_type) << f.model_type;
+    EXPECT_TRUE(r.warnings.empty()) << f.model_type;
+    EXPECT_EQ(rotary::find_hf_family(f.model_type), &f);
+  }
+}
+
 TEST(HfConfig, Errors) {
   HfConfig c;
-  expect_error([&] { resolve(c); }, {"head_dim", "hidden_size + num_attention_heads", "n_embd + n_head"});
+  expect_error([&] { resolve(c); }, {"head_dim", "hidden_size (n_embd)", "num_attention_heads (n_head)"});
+  c.hidden_size = 4096;  // llama's class default supplies num_attention_heads (32), an unknown family none
+  c.model_type = "llama";
+  EXPECT_EQ(resolve(c).spec.head_dim, 128);
+  c.model_type = "mystery";
+  expect_error([&] { resolve(c); }, {"head_dim", "model_type 'mystery' has no class defaults"});
   c = llama();
   c.num_attention_heads = 0;
   expect_error([&] { resolve(c); }, {"num_attention_heads (0)"});
@@ -310,6 +527,7 @@ TEST(HfConfig, Errors) {
   c.rope_scaling->rope_type = "foo";
   expect_error([&] { resolve(c); }, {"rope_type 'foo'"});
   c = llama();
+  c.model_type = "mystery";  // llama would supply its class default 2048
   c.max_position_embeddings.reset();
   c.rope_scaling = RopeParameters{};
   c.rope_scaling->rope_type = "dynamic";

@@ -438,6 +438,21 @@ TEST(Scaling, Llama3BandEdges) {
   EXPECT_EQ(in.theta[j], inv);
 }
 
+TEST(Scaling, Llama3EqualFactorsHaveNoBand) {
+  // Llama 4 Scout: low_freq_factor == high_freq_factor == 1, factor 16, L0 8192, b 5e5. HF accepts it
+  // (it only warns): wavelengths above L0 are divided by 16, the others kept, no smoothing band.
+  const auto f = rotary::scaled_frequencies(llama3(16.0, 1.0, 1.0, 8192, 500000.0), input(128, 10485760));
+  const auto plain = rotary::default_frequencies(128, 500000.0);
+  std::size_t scaled = 0;
+  for (std::size_t i = 0; i < 64; ++i) {
+    const double wavelen = 2.0 * 3.141592653589793 / plain.theta[i];
+    EXPECT_EQ(f.theta[i], wavelen > 8192.0 ? plain.theta[i] / 16.0 : plain.theta[i]) << i;
+    scaled += wavelen > 8192.0;
+  }
+  EXPECT_EQ(scaled, 29u);  // python3: sum(2*pi*5e5**(2*i/128) > 8192 for i in range(64)) = 29
+  EXPECT_EQ(f.attention_factor, 1.0);
+}
+
 // ---- proportional --------------------------------------------------------------------------
 
 TEST(Scaling, ProportionalZeroesTheTail) {
@@ -521,8 +536,7 @@ TEST(Scaling, ValidationErrors) {
   l3 = llama3(8.0, 1.0, 4.0, 8192, 5e5);
   l3.original_max_position_embeddings.reset();
   expect_error(l3, input(128, 131072), "requires 'original_max_position_embeddings'");
-  expect_error(llama3(8.0, 4.0, 4.0, 8192, 5e5), input(128, 131072), "high_freq_factor");
-  expect_error(llama3(8.0, 4.0, 1.0, 8192, 5e5), input(128, 131072), "high_freq_factor");
+  expect_error(llama3(8.0, 4.0, 1.0, 8192, 5e5), input(128, 131072), "high_freq_factor (1) must be >= low_freq_factor (4)");
   auto lr = phi3_longrope(48);
   lr.long_factor.clear();
   expect_error(lr, input(96, 131072), "requires 'long_factor'");

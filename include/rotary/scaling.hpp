@@ -39,8 +39,10 @@
 //     that silently shrinks the usable context instead of extending it.
 //   * attention_factor <= 0 (HF: "< 0" warns): 0 zeroes every logit, negative flips them.
 //   * beta_fast < beta_slow (HF warns): the YaRN ramp inverts and the rule no longer interpolates.
-//   * llama3 high_freq_factor <= low_freq_factor (HF warns): the smooth band is empty or inverted and
-//     equal values divide by zero.
+//   * llama3 high_freq_factor < low_freq_factor (HF warns): the smooth band is inverted (a swapped
+//     pair). Equal factors (Llama 4: 1 and 1) are accepted: the band is empty, wavelengths above
+//     L0/low_freq_factor are divided by factor and the rest kept (HF's torch.where gives the same; its
+//     smooth factor would be 0/0 only for a wavelength exactly L0/low_freq_factor, which we keep).
 //   * longrope short/long_factor of the wrong length (HF warns, torch then fails or broadcasts a
 //     length-1 list): the rotation would silently use the wrong per-pair factor.
 //   * odd rotary_dim (HF raises only for a fully rotated odd head_dim > 4; an odd partial dim it rounds
@@ -88,6 +90,10 @@ struct RopeParameters {
   std::vector<double> short_factor, long_factor;
   std::optional<double> low_freq_factor, high_freq_factor;
   std::optional<double> partial_rotary_factor;  // 'proportional' (Gemma): fraction of head_dim/2 pairs with nonzero frequency
+  // M-RoPE (Qwen2-VL, Qwen2.5-VL, Qwen3-VL): pairs per position stream; not a rule of its own (HF
+  // treats {"type": "mrope"} as default RoPE), resolve() reports them. Ignored by scaled_frequencies.
+  std::vector<std::int64_t> mrope_section;
+  std::optional<bool> mrope_interleaved;  // Qwen3-VL: sections interleave pair by pair
 };
 
 struct ScalingInput {
@@ -238,9 +244,10 @@ inline void validate(const RopeParameters& p, const ScalingInput& in) {
     detail::require_key(t, "low_freq_factor", p.low_freq_factor.has_value());
     detail::require_key(t, "high_freq_factor", p.high_freq_factor.has_value());
     detail::require_key(t, "original_max_position_embeddings", p.original_max_position_embeddings.has_value());
-    if (!(*p.high_freq_factor > *p.low_freq_factor))
+    if (!(*p.high_freq_factor >= *p.low_freq_factor))
       throw error(concat("rope_type 'llama3': high_freq_factor (", *p.high_freq_factor,
-                         ") must be greater than low_freq_factor (", *p.low_freq_factor, ")"));
+                         ") must be >= low_freq_factor (", *p.low_freq_factor,
+                         ") (HF only warns; swapped values invert the smoothing band)"));
   }
   if (t == "proportional" && d != in.head_dim)
     throw error(concat("rope_type 'proportional' spans the whole head: rotary_dim (", d, ") must equal head_dim (",
@@ -341,7 +348,7 @@ inline Frequencies scaled_frequencies(const RopeParameters& p, const ScalingInpu
       const double wavelen = two_pi / x;
       if (wavelen > low_wavelen) {
         x = x / s;
-      } else if (wavelen >= high_wavelen) {  // medium band, both ends inclusive
+      } else if (hi > lo && wavelen >= high_wavelen) {  // medium band, both ends inclusive; empty if hi == lo
         const double sm = (l0 / wavelen - lo) / (hi - lo);
         x = (1.0 - sm) * x / s + sm * x;
       }  // else high frequency: unchanged

@@ -4,10 +4,10 @@
 // pairing override, engine quirks, up to 8 positions). The seeds are plain config files (ours in
 // examples/configs and tests/inspect/configs, and broken ones), so the fuzzer starts from real
 // structure and appends options itself.
-// Runs what the tool runs: parse_json -> parse_config -> rotary::resolve -> a cos/sin cache for the
-// positions. Each step may reject the input, but only in the documented ways: ConfigError (not
-// JSON, a key of the wrong type) or rotary::error (a bad value, "rotary: ..." naming it), each with
-// a non-empty message. Anything else — another exception type (nlohmann type errors, bad_alloc,
+// Runs what the tool runs: rotary::parse_hf_config (rotary/hf_json.hpp) -> rotary::resolve -> a
+// cos/sin cache for the positions. Each step may reject the input, but only in the documented way:
+// rotary::error ("rotary: ..." naming the key or value: not JSON, a key of the wrong type, a bad
+// value) with a non-empty message. Anything else — another exception type (nlohmann type errors, bad_alloc,
 // length_error), a crash, a sanitizer report, a hang (-timeout) — is a finding. Accepted configs
 // must resolve to something usable: an even rotary_dim <= head_dim, rotary_dim/2 finite
 // frequencies, a positive finite attention factor, and cos/sin rows with |cos|, |sin| <= 1 and
@@ -15,13 +15,12 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <sstream>
 #include <string>
 #include <typeinfo>
 #include <vector>
 
 #include "fuzz_support.hpp"
-#include "inspect_config.hpp"
+#include "rotary/hf_json.hpp"
 
 namespace {
 
@@ -29,11 +28,10 @@ using rotary_fuzz::fail;
 
 rotary::ResolveOptions draw_options(FuzzedDataProvider& in, std::vector<std::int64_t>& positions) {
   static const char* const layer_types[] = {"full_attention", "sliding_attention", "chunked_attention",
-                                            "linear_attention", ""};
+                                            "linear_attention", ""};  // "": the model's RoPE layers
   rotary::ResolveOptions o;
   if (in.remaining_bytes() == 0) return o;
   o.layer_type = layer_types[in.ConsumeIntegralInRange<int>(0, 4)];
-  if (o.layer_type.empty()) o.layer_type = "full_attention";
   if (in.ConsumeBool()) o.seq_len = in.ConsumeIntegralInRange<std::int64_t>(-1, 1 << 24);
   switch (in.ConsumeIntegralInRange<int>(0, 2)) {
     case 1:
@@ -91,14 +89,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::vector<std::int64_t> positions;
   const rotary::ResolveOptions options = draw_options(in, positions);
 
-  std::ostringstream warnings;  // unknown rope parameters: the tool prints them to stderr
   try {
-    const nlohmann::json root = rotary_inspect::parse_json(text);
-    const rotary::HfConfig config = rotary_inspect::parse_config(root, warnings);
+    const rotary::HfConfig config = rotary::parse_hf_config(text);
     const rotary::ResolvedRope r = rotary::resolve(config, options);
     check_resolved(r, positions);
-  } catch (const rotary_inspect::ConfigError& e) {
-    if (std::strlen(e.what()) == 0) fail("empty ConfigError message");
+    for (const std::string& w : r.warnings)
+      if (w.empty()) fail("empty warning");
   } catch (const rotary::error& e) {
     if (std::string(e.what()).rfind("rotary: ", 0) != 0 || std::strlen(e.what()) <= 8)
       fail("rotary::error without a message: \"%s\"", e.what());

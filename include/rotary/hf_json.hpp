@@ -1,0 +1,373 @@
+// rotary — Hugging Face config.json -> rotary::HfConfig with nlohmann-json. Optional: the only rotary
+// header that needs nlohmann-json (Debian nlohmann-json3-dev); rotary.hpp does not include it.
+//
+//   rotary::HfConfig c = rotary::load_hf_config("config.json");      // or parse_hf_config(text),
+//   rotary::ResolvedRope r = rotary::resolve(c);                      //    hf_config_from_json(json)
+//   for (const auto& w : r.warnings) std::cerr << "warning: " << w << "\n";
+//
+// Errors are rotary::error naming the key with its path: not JSON, a key of the wrong type, a head or
+// hidden size no model has. Values are checked by resolve(). What the reader does, as transformers:
+//   * text_config (Gemma-3, Llama 4, Qwen3-VL, LLaVA, ...): the language model is built from
+//     text_config alone plus its class defaults; top-level rope keys are not read (a warning names
+//     any that text_config lacks or contradicts). A text_config without model_type takes the text
+//     model type of the composite (gemma3 -> gemma3_text, llama4 -> llama4_text, ...).
+//   * rope_scaling, else rope_parameters (flat, or keyed by layer type); the legacy `type` key is
+//     rope_type. A dict's rope_theta wins over the top-level one (transformers 5 keeps it there).
+//     "rope_scaling": null is default RoPE (it overrides a class default such as gpt-oss's yarn).
+//   * n_embed (Falcon) is read as n_embd.
+//   * Warnings (HfConfig::warnings): keys inside a rope dict that are no rope parameter, and keys
+//     within a small edit distance of a rope-relevant key ("rope_thetaa", "rope_scalling",
+//     "partial_rotary_facor"): transformers would ignore them silently and use a default.
+#ifndef ROTARY_HF_JSON_HPP
+#define ROTARY_HF_JSON_HPP
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <fstream>
+#include <iterator>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "hf_config.hpp"
+#include "types.hpp"
+
+namespace rotary {
+
+// The largest head and hidden sizes the reader accepts: no model comes close (the largest heads are
+// 256 wide, hidden sizes ~2^15); beyond them resolve() would allocate tables of that size.
+inline constexpr std::int64_t kHfMaxHeadDim = 1 << 16;
+inline constexpr std::int64_t kHfMaxHiddenSize = 1 << 20;
+
+namespace detail {
+
+using hf_json = nlohmann::json;
+
+inline std::string hf_show(const hf_json& v) {
+  std::string s = v.dump();
+  return s.size() > 60 ? s.substr(0, 57) + "..." : s;
+}
+
+[[noreturn]] inline void hf_bad_type(const std::string& key, const hf_json& v, const char* expected) {
+  throw error("\"" + key + "\" must be " + expected + ", got " + std::string(v.type_name()) + " " + hf_show(v));
+}
+
+// Readers: absent or null -> nullopt; a value of the wrong type -> rotary::error naming the key.
+inline std::optional<double> hf_get_double(const hf_json& obj, const char* name, const std::string& where) {
+  const auto it = obj.find(name);
+  if (it == obj.end() || it->is_null()) return std::nullopt;
+  if (!it->is_number()) hf_bad_type(where + name, *it, "a number");
+  return it->get<double>();
+}
+
+inline std::optional<std::int64_t> hf_get_int(const hf_json& obj, const char* name, const std::string& where) {
+  const auto it = obj.find(name);
+  if (it == obj.end() || it->is_null()) return std::nullopt;
+  if (it->is_number_unsigned() && it->get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX))
+    hf_bad_type(where + name, *it, "an integer below 2^63");
+  if (it->is_number_integer()) return it->get<std::int64_t>();
+  if (it->is_number_float()) {  // e.g. 4096.0
+    const double d = it->get<double>();
+    if (finite(d) && d == std::floor(d) && std::fabs(d) < 9.0e18) return static_cast<std::int64_t>(d);
+  }
+  hf_bad_type(where + name, *it, "an integer");
+}
+
+inline std::optional<bool> hf_get_bool(const hf_json& obj, const char* name, const std::string& where) {
+  const auto it = obj.find(name);
+  if (it == obj.end() || it->is_null()) return std::nullopt;
+  if (!it->is_boolean()) hf_bad_type(where + name, *it, "true or false");
+  return it->get<bool>();
+}
+
+inline std::optional<std::string> hf_get_string(const hf_json& obj, const char* name, const std::string& where) {
+  const auto it = obj.find(name);
+  if (it == obj.end() || it->is_null()) return std::nullopt;
+  if (!it->is_string()) hf_bad_type(where + name, *it, "a string");
+  return it->get<std::string>();
+}
+
+inline std::vector<double> hf_get_doubles(const hf_json& obj, const char* name, const std::string& where) {
+  std::vector<double> out;
+  const auto it = obj.find(name);
+  if (it == obj.end() || it->is_null()) return out;
+  if (!it->is_array()) hf_bad_type(where + name, *it, "an array of numbers");
+  for (std::size_t i = 0; i < it->size(); ++i) {
+    const hf_json& v = (*it)[i];
+    if (!v.is_number()) hf_bad_type(where + name + "[" + std::to_string(i) + "]", v, "a number");
+    out.push_back(v.get<double>());
+  }
+  return out;
+}
+
+inline std::vector<std::int64_t> hf_get_ints(const hf_json& obj, const char* name, const std::string& where) {
+  std::vector<std::int64_t> out;
+  const auto it = obj.find(name);
+  if (it == obj.end() || it->is_null()) return out;
+  if (!it->is_array()) hf_bad_type(where + name, *it, "an array of integers");
+  for (std::size_t i = 0; i < it->size(); ++i) {
+    const hf_json one = hf_json::object({{"v", (*it)[i]}});
+    const auto v = hf_get_int(one, "v", "");
+    if (!v) hf_bad_type(where + name + "[" + std::to_string(i) + "]", (*it)[i], "an integer");
+    out.push_back(*v);
+  }
+  return out;
+}
+
+// Optimal string alignment distance (an adjacent transposition counts 1), ASCII case folded.
+inline std::size_t hf_edit_distance(std::string_view a, std::string_view b) {
+  const auto low = [](char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; };
+  std::vector<std::vector<std::size_t>> d(a.size() + 1, std::vector<std::size_t>(b.size() + 1));
+  for (std::size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (std::size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i)
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t cost = low(a[i - 1]) == low(b[j - 1]) ? 0 : 1;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && low(a[i - 1]) == low(b[j - 2]) && low(a[i - 2]) == low(b[j - 1]))
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  return d[a.size()][b.size()];
+}
+
+// The known key `key` is probably a misspelling of (within 1 edit for names under 8 characters, 2
+// otherwise; case differences count), or nullptr.
+template <std::size_t N>
+const char* hf_near_key(std::string_view key, const char* const (&known)[N]) {
+  for (const char* k : known) {
+    const std::string_view kv(k);
+    if (kv == key) return nullptr;
+  }
+  for (const char* k : known) {
+    const std::string_view kv(k);
+    if (hf_edit_distance(key, kv) <= (kv.size() >= 8 ? 2u : 1u)) return k;
+  }
+  return nullptr;
+}
+
+// Top-level keys the reader takes (or that matter for RoPE).
+inline constexpr const char* kHfTopKeys[] = {
+    "model_type", "text_config", "head_dim", "qk_rope_head_dim", "hidden_size", "num_attention_heads", "n_embd",
+    "n_embed", "n_head", "rotary_dim", "partial_rotary_factor", "rotary_pct", "rope_theta", "rotary_emb_base",
+    "rope_local_base_freq", "max_position_embeddings", "n_positions", "original_max_position_embeddings",
+    "rope_interleave", "layer_types", "rope_scaling", "rope_parameters", "alibi"};
+// Real config keys within edit distance of those (DeepSeek's MLA dims, vision hidden_sizes,
+// MPT/OLMo-1's n_heads): not misspellings.
+inline constexpr const char* kHfTopNearMisses[] = {"qk_nope_head_dim", "v_head_dim",  "qk_head_dim",
+                                                   "hidden_sizes",     "n_heads",     "mrope_interleaved",
+                                                   "rope_type",        "n_layer",     "n_inner"};
+// Rope-relevant top-level keys a text_config hides (a warning names them when they would matter).
+inline constexpr const char* kHfTextKeys[] = {
+    "head_dim", "qk_rope_head_dim", "hidden_size", "num_attention_heads", "rotary_dim", "partial_rotary_factor",
+    "rope_theta", "rope_local_base_freq", "max_position_embeddings", "original_max_position_embeddings",
+    "rope_scaling", "rope_parameters"};
+inline constexpr const char* kHfRopeKeys[] = {
+    "rope_type",  "type",           "rope_theta",      "factor",          "original_max_position_embeddings",
+    "attention_factor", "beta_fast", "beta_slow",     "mscale",          "mscale_all_dim",
+    "truncate",   "short_factor",   "long_factor",     "low_freq_factor", "high_freq_factor",
+    "partial_rotary_factor", "mrope_section", "mrope_interleaved"};
+
+// The text model type of a composite config whose text_config names none.
+inline std::string hf_text_model_type(const std::string& composite) {
+  static const std::pair<const char*, const char*> map[] = {
+      {"gemma3", "gemma3_text"}, {"gemma3n", "gemma3n_text"}, {"llama4", "llama4_text"},
+      {"qwen2_vl", "qwen2_vl_text"}, {"qwen2_5_vl", "qwen2_5_vl_text"}, {"qwen3_vl", "qwen3_vl_text"},
+      {"llava", "llama"}, {"mistral3", "mistral"}};
+  for (const auto& [c, t] : map)
+    if (composite == c) return t;
+  return composite;
+}
+
+inline void hf_check_spelling(const hf_json& obj, const std::string& where, std::vector<std::string>& warnings) {
+  for (const auto& kv : obj.items()) {
+    bool near_miss = false;
+    for (const char* k : kHfTopNearMisses) near_miss = near_miss || kv.key() == k;
+    if (near_miss) continue;
+    if (const char* k = hf_near_key(kv.key(), kHfTopKeys))
+      warnings.push_back(where + kv.key() + " is not a key transformers reads (did you mean " + k +
+                         "?); ignored, so " + k + " takes its default");
+  }
+}
+
+// One rope_scaling / rope_parameters dict. `where` prefixes key names in messages.
+inline RopeParameters hf_rope_parameters(const hf_json& obj, const std::string& where,
+                                         std::optional<double>* theta_in_dict, std::vector<std::string>& warnings) {
+  if (!obj.is_object()) hf_bad_type(where.substr(0, where.size() - 1), obj, "an object");
+  RopeParameters p;
+  // transformers: rope_type, else the legacy `type`, else "default".
+  if (auto t = hf_get_string(obj, "rope_type", where))
+    p.rope_type = *t;
+  else if (auto legacy = hf_get_string(obj, "type", where))
+    p.rope_type = *legacy;
+  const auto theta = hf_get_double(obj, "rope_theta", where);
+  if (theta) p.rope_theta = *theta;
+  if (theta_in_dict) *theta_in_dict = theta;
+  p.factor = hf_get_double(obj, "factor", where);
+  p.original_max_position_embeddings = hf_get_int(obj, "original_max_position_embeddings", where);
+  p.attention_factor = hf_get_double(obj, "attention_factor", where);
+  p.beta_fast = hf_get_double(obj, "beta_fast", where);
+  p.beta_slow = hf_get_double(obj, "beta_slow", where);
+  p.mscale = hf_get_double(obj, "mscale", where);
+  p.mscale_all_dim = hf_get_double(obj, "mscale_all_dim", where);
+  p.truncate = hf_get_bool(obj, "truncate", where);
+  p.short_factor = hf_get_doubles(obj, "short_factor", where);
+  p.long_factor = hf_get_doubles(obj, "long_factor", where);
+  p.low_freq_factor = hf_get_double(obj, "low_freq_factor", where);
+  p.high_freq_factor = hf_get_double(obj, "high_freq_factor", where);
+  p.partial_rotary_factor = hf_get_double(obj, "partial_rotary_factor", where);
+  p.mrope_section = hf_get_ints(obj, "mrope_section", where);
+  p.mrope_interleaved = hf_get_bool(obj, "mrope_interleaved", where);
+  for (const auto& kv : obj.items()) {
+    bool known = false;
+    for (const char* k : kHfRopeKeys) known = known || kv.key() == k;
+    if (known) continue;
+    const char* near = hf_near_key(kv.key(), kHfRopeKeys);
+    warnings.push_back(where + kv.key() + " is not a rope parameter" +
+                       (near ? std::string(" (did you mean ") + near + "?)" : std::string()) + "; ignored");
+  }
+  return p;
+}
+
+// Nested rope_parameters: a non-empty object whose every value is an object (or null).
+inline bool hf_is_per_layer(const hf_json& rp) {
+  if (!rp.is_object() || rp.empty()) return false;
+  for (const auto& kv : rp.items())
+    if (!kv.value().is_object() && !kv.value().is_null()) return false;
+  return true;
+}
+
+}  // namespace detail
+
+// The rope-relevant keys of a parsed config.json (see the top of this header).
+inline HfConfig hf_config_from_json(const nlohmann::json& root) {
+  using detail::hf_json;
+  if (!root.is_object()) detail::hf_bad_type("(top level)", root, "an object");
+  HfConfig h;
+  const hf_json* cp = &root;
+  std::string top;
+  const auto tc = root.find("text_config");
+  const bool nested = tc != root.end() && !tc->is_null();
+  if (nested) {
+    if (!tc->is_object()) detail::hf_bad_type("text_config", *tc, "an object");
+    cp = &*tc;
+    top = "text_config.";
+  }
+  const hf_json& c = *cp;
+  h.model_type = detail::hf_get_string(c, "model_type", top);
+  if (nested) {
+    const auto composite = detail::hf_get_string(root, "model_type", "");
+    if (!h.model_type && composite) h.model_type = detail::hf_text_model_type(*composite);
+    for (const char* k : detail::kHfTextKeys) {
+      const auto it = root.find(k);
+      if (it == root.end() || it->is_null()) continue;
+      const auto in = c.find(k);
+      if (in != c.end() && *in == *it) continue;
+      h.warnings.push_back(std::string(k) + " at the top level is not read: transformers builds the language " +
+                           "model from text_config" +
+                           (in == c.end() ? std::string(" (which lacks it: the class default applies)")
+                                          : " (which says " + detail::hf_show(*in) + ")"));
+    }
+    detail::hf_check_spelling(root, "", h.warnings);
+  }
+  detail::hf_check_spelling(c, top, h.warnings);
+  h.head_dim = detail::hf_get_int(c, "head_dim", top);
+  h.qk_rope_head_dim = detail::hf_get_int(c, "qk_rope_head_dim", top);
+  h.hidden_size = detail::hf_get_int(c, "hidden_size", top);
+  h.num_attention_heads = detail::hf_get_int(c, "num_attention_heads", top);
+  h.n_embd = detail::hf_get_int(c, "n_embd", top);
+  if (!h.n_embd) h.n_embd = detail::hf_get_int(c, "n_embed", top);  // Falcon's legacy name
+  h.n_head = detail::hf_get_int(c, "n_head", top);
+  h.rotary_dim = detail::hf_get_int(c, "rotary_dim", top);
+  h.partial_rotary_factor = detail::hf_get_double(c, "partial_rotary_factor", top);
+  h.rotary_pct = detail::hf_get_double(c, "rotary_pct", top);
+  h.rope_theta = detail::hf_get_double(c, "rope_theta", top);
+  h.rotary_emb_base = detail::hf_get_double(c, "rotary_emb_base", top);
+  h.rope_local_base_freq = detail::hf_get_double(c, "rope_local_base_freq", top);
+  h.max_position_embeddings = detail::hf_get_int(c, "max_position_embeddings", top);
+  h.n_positions = detail::hf_get_int(c, "n_positions", top);
+  h.original_max_position_embeddings = detail::hf_get_int(c, "original_max_position_embeddings", top);
+  h.rope_interleave = detail::hf_get_bool(c, "rope_interleave", top);
+  h.alibi = detail::hf_get_bool(c, "alibi", top);
+  const auto cap = [&top](const char* key, const std::optional<std::int64_t>& v, std::int64_t max) {
+    if (v && *v > max)
+      throw error("\"" + top + key + "\" (" + std::to_string(*v) + ") is larger than any model's (at most " +
+                  std::to_string(max) + " accepted)");
+  };
+  cap("head_dim", h.head_dim, kHfMaxHeadDim);
+  cap("qk_rope_head_dim", h.qk_rope_head_dim, kHfMaxHeadDim);
+  cap("rotary_dim", h.rotary_dim, kHfMaxHeadDim);
+  cap("hidden_size", h.hidden_size, kHfMaxHiddenSize);
+  cap("n_embd", h.n_embd, kHfMaxHiddenSize);
+  if (const auto lt = c.find("layer_types"); lt != c.end() && !lt->is_null()) {
+    if (!lt->is_array()) detail::hf_bad_type(top + "layer_types", *lt, "an array of strings");
+    for (std::size_t i = 0; i < lt->size(); ++i) {
+      if (!(*lt)[i].is_string())
+        detail::hf_bad_type(top + "layer_types[" + std::to_string(i) + "]", (*lt)[i], "a string");
+      h.layer_types.push_back((*lt)[i].get<std::string>());
+    }
+  }
+
+  // transformers 5 reads rope_scaling first, then rope_parameters.
+  const auto rs = c.find("rope_scaling");
+  const auto rp = c.find("rope_parameters");
+  const bool has_rs = rs != c.end() && !rs->is_null();
+  const bool has_rp = rp != c.end() && !rp->is_null();
+  if (has_rs || (has_rp && !detail::hf_is_per_layer(*rp))) {
+    const hf_json& flat = has_rs ? *rs : *rp;
+    const std::string where = top + (has_rs ? "rope_scaling." : "rope_parameters.");
+    std::optional<double> theta;
+    h.rope_scaling = detail::hf_rope_parameters(flat, where, &theta, h.warnings);
+    if (theta) h.rope_theta = theta;  // HF: the dict's rope_theta wins over the top-level one
+  } else if (has_rp) {
+    const HfFamily* family = find_hf_family(h.model_type.value_or(""));
+    for (const auto& kv : rp->items()) {
+      if (kv.value().is_null()) continue;
+      std::optional<double> theta;
+      auto p = detail::hf_rope_parameters(kv.value(), top + "rope_parameters." + kv.key() + ".", &theta, h.warnings);
+      if (!theta) {  // the top-level theta, else the class default of this layer type
+        if (h.rope_theta)
+          p.rope_theta = *h.rope_theta;
+        else if (h.rotary_emb_base)
+          p.rope_theta = *h.rotary_emb_base;
+        else if (family && kv.key() == "sliding_attention" && family->rope_local_base_freq > 0.0)
+          p.rope_theta = family->rope_local_base_freq;
+        else if (family && family->rope_theta > 0.0)
+          p.rope_theta = family->rope_theta;
+      }
+      h.per_layer_type.emplace(kv.key(), std::move(p));
+    }
+  } else if (rs != c.end() && rs->is_null()) {
+    h.rope_scaling = RopeParameters{};  // an explicit null: default RoPE, whatever the class default
+  }
+  return h;
+}
+
+// config.json text -> HfConfig. A syntax error, and a number JSON allows but a double cannot hold
+// (1e400: nlohmann's out_of_range 406, not a parse_error), become a rotary::error.
+inline HfConfig parse_hf_config(std::string_view text) {
+  nlohmann::json root;
+  try {
+    root = nlohmann::json::parse(text.begin(), text.end());
+  } catch (const nlohmann::json::exception& e) {
+    throw error(std::string("not valid JSON: ") + e.what());
+  }
+  return hf_config_from_json(root);
+}
+
+// Reads and parses the file at `path`.
+inline HfConfig load_hf_config(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw error("cannot open the file " + path);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) throw error("cannot read the file " + path);
+  return parse_hf_config(text);
+}
+
+}  // namespace rotary
+
+#endif  // ROTARY_HF_JSON_HPP
