@@ -65,17 +65,22 @@ inline std::optional<double> hf_get_double(const hf_json& obj, const char* name,
   return it->get<double>();
 }
 
+// An integer, also written as a float with an integral value (4096.0), as Python's json reads it.
+inline std::int64_t hf_as_int(const hf_json& v, const std::string& key) {
+  if (v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX))
+    hf_bad_type(key, v, "an integer below 2^63");
+  if (v.is_number_integer()) return v.get<std::int64_t>();
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (finite(d) && d == std::floor(d) && std::fabs(d) < 9.0e18) return static_cast<std::int64_t>(d);
+  }
+  hf_bad_type(key, v, "an integer");
+}
+
 inline std::optional<std::int64_t> hf_get_int(const hf_json& obj, const char* name, const std::string& where) {
   const auto it = obj.find(name);
   if (it == obj.end() || it->is_null()) return std::nullopt;
-  if (it->is_number_unsigned() && it->get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX))
-    hf_bad_type(where + name, *it, "an integer below 2^63");
-  if (it->is_number_integer()) return it->get<std::int64_t>();
-  if (it->is_number_float()) {  // e.g. 4096.0
-    const double d = it->get<double>();
-    if (finite(d) && d == std::floor(d) && std::fabs(d) < 9.0e18) return static_cast<std::int64_t>(d);
-  }
-  hf_bad_type(where + name, *it, "an integer");
+  return hf_as_int(*it, where + name);
 }
 
 inline std::optional<bool> hf_get_bool(const hf_json& obj, const char* name, const std::string& where) {
@@ -110,12 +115,8 @@ inline std::vector<std::int64_t> hf_get_ints(const hf_json& obj, const char* nam
   const auto it = obj.find(name);
   if (it == obj.end() || it->is_null()) return out;
   if (!it->is_array()) hf_bad_type(where + name, *it, "an array of integers");
-  for (std::size_t i = 0; i < it->size(); ++i) {
-    const hf_json one = hf_json::object({{"v", (*it)[i]}});
-    const auto v = hf_get_int(one, "v", "");
-    if (!v) hf_bad_type(where + name + "[" + std::to_string(i) + "]", (*it)[i], "an integer");
-    out.push_back(*v);
-  }
+  for (std::size_t i = 0; i < it->size(); ++i)
+    out.push_back(hf_as_int((*it)[i], where + name + "[" + std::to_string(i) + "]"));
   return out;
 }
 

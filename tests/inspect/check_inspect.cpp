@@ -12,8 +12,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <limits>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -55,6 +57,9 @@ const std::vector<Expected> kExpected = {
     {"gemma-3-rope-parameters-sliding", "default", 256, 256, "half_split", 10000.0, 1.0, {{0, 1.0}, {1, 0.930572040929699}, {32, 0.1}, {64, 0.01}, {96, 0.001}, {126, 0.00011547819846894582}, {127, 0.00010746078283213175}}},
     {"llama-2-dynamic", "dynamic", 128, 128, "half_split", 10000.0, 1.0, {{0, 1.0}, {1, 0.8659643233600653}, {16, 0.1}, {32, 0.01}, {48, 0.001}, {62, 0.0001333521432163324}, {63, 0.00011547819846894582}}},
     {"llama-2-dynamic-8192", "dynamic", 128, 128, "half_split", 10000.0, 1.0, {{0, 1.0}, {1, 0.8509942913412162}, {16, 0.0756530337024315}, {32, 0.005723381508381237}, {48, 0.00043299117414543904}, {62, 4.5232656922192936e-05}, {63, 3.849273282298194e-05}}},
+    {"misspelt-rope-theta", "default", 128, 128, "half_split", 10000.0, 1.0, {{0, 1.0}, {1, 0.8659643233600653}, {16, 0.1}, {32, 0.01}, {48, 0.001}, {62, 0.0001333521432163324}, {63, 0.00011547819846894582}}},
+    {"misspelt-partial-rotary-factor", "default", 80, 40, "half_split", 10000.0, 1.0, {{0, 1.0}, {1, 0.6309573444801932}, {5, 0.1}, {10, 0.01}, {15, 0.001}, {18, 0.00025118864315095795}, {19, 0.0001584893192461114}}},
+    {"gemma-3-top-level-theta", "linear", 256, 256, "half_split", 1000000.0, 1.0, {{0, 0.125}, {1, 0.11221089155591428}, {32, 0.003952847075210474}, {64, 0.000125}, {96, 3.952847075210474e-06}, {126, 1.5511722009396494e-07}, {127, 1.3924673249935028e-07}}},
 };
 
 // How each case runs the tool: config directory ('E' examples/configs, 'T' tests/inspect/configs),
@@ -65,7 +70,7 @@ struct Run {
   const char* file;
   std::vector<std::string> args;
   int exit_status = 0;
-  const char* message = nullptr;
+  const char* message = nullptr;  // failure cases: in the message; exit-0 cases: a warning (stderr and "warnings")
 };
 
 const std::vector<std::string> kPositions = {"--positions", "0,1,7,4096,131071,1000000,7"};
@@ -91,6 +96,13 @@ const std::vector<Run> kRuns = {
     {"llama-2-dynamic", 'T', "llama-2-dynamic.json", {"--positions", "10"}},
     {"llama-2-dynamic-8192", 'T', "llama-2-dynamic.json", {"--seq-len", "8192", "--positions", "8191"}},
     {"no-positions", 'E', "phi-2.json", {}},
+    // Keys transformers would ignore silently: its defaults apply, the tool warns.
+    {"misspelt-rope-theta", 'T', "misspelt-rope-theta.json", kPositions, 0,
+     "rope_thetaa is not a key transformers reads (did you mean rope_theta?)"},
+    {"misspelt-partial-rotary-factor", 'T', "misspelt-partial-rotary-factor.json", kPositions, 0,
+     "partial_rotary_facor is not a key transformers reads (did you mean partial_rotary_factor?)"},
+    {"gemma-3-top-level-theta", 'T', "gemma-3-top-level-theta.json", kPositions, 0,
+     "rope_theta at the top level is not read"},
     // Bad files and configs: exit 1 with a message naming the problem.
     {"missing-file", 'T', "does-not-exist.json", {}, 1, "cannot open"},
     {"bad-json", 'T', "bad-json.json", {}, 1, "not valid JSON"},
@@ -221,16 +233,82 @@ std::vector<std::int64_t> positions_of(const std::vector<std::string>& args) {
   return out;
 }
 
+// Published configs (configs/published/NAME.json): every run published_expected.json lists for NAME
+// (derive_expected.py --write), each compared field by field and over every inv_freq entry; a
+// published config must resolve without warnings.
+int check_published(const std::string& name, const std::string& dir, const std::string& expected_path,
+                    const std::string& tool) {
+  json all;
+  try {
+    std::ifstream in(expected_path);
+    all = json::parse(in);
+  } catch (const std::exception& ex) {
+    std::cerr << "check_inspect: cannot read " << expected_path << ": " << ex.what() << "\n";
+    return 2;
+  }
+  if (!all.contains(name)) {
+    std::cerr << "check_inspect: " << expected_path << " has no runs for " << name << "\n";
+    return 2;
+  }
+  const std::vector<std::string> pos_args = {"--positions", "0,1,7,4096,131071,1000000"};
+  for (const json& want : all.at(name)) {
+    std::vector<std::string> args = want.at("args").get<std::vector<std::string>>();
+    const std::string label = name + (args.empty() ? std::string() : " " + json(args).dump());
+    args.insert(args.end(), pos_args.begin(), pos_args.end());
+    std::string cmd = tool + " " + quote(dir + "/" + name + ".json");
+    for (const auto& a : args) cmd += " " + quote(a);
+    if (want.contains("exit_status")) {
+      const auto [status, out] = run(cmd, true);
+      if (status != want.at("exit_status").get<int>()) fail(label + ": exit status " + std::to_string(status));
+      if (out.find(want.at("message").get<std::string>()) == std::string::npos)
+        fail(label + ": message does not contain " + want.at("message").dump() + ": " + out);
+      continue;
+    }
+    const auto [status, out] = run(cmd, false);
+    json got;
+    try {
+      if (status != 0) throw std::runtime_error("exit status " + std::to_string(status) + ": " + run(cmd, true).second);
+      got = json::parse(out);
+    } catch (const std::exception& ex) {
+      fail(label + ": " + ex.what());
+      continue;
+    }
+    const std::string rope_type = want.at("rope_type").get<std::string>();
+    const std::string pairing = want.at("pairing").get<std::string>();
+    Expected e{label.c_str(), rope_type.c_str(), want.at("head_dim").get<std::int64_t>(),
+               want.at("rotary_dim").get<std::int64_t>(), pairing.c_str(), want.at("rope_theta").get<double>(),
+               want.at("attention_factor").get<double>(), {}};
+    const auto& inv = want.at("inv_freq");
+    for (std::size_t j = 0; j < inv.size(); ++j) e.inv_freq.emplace_back(j, inv[j].get<double>());
+    try {
+      check_output(e, got, positions_of(pos_args));
+      for (const char* key : {"layer_type", "mrope_section", "mrope_interleaved"})
+        if (got.at(key) != want.at(key))
+          fail(label + ": " + key + " " + got.at(key).dump() + ", want " + want.at(key).dump());
+      const double sf = got.at("softmax_scale_factor").get<double>();
+      if (!(std::fabs(sf - want.at("softmax_scale_factor").get<double>()) <= 1e-12))
+        fail(label + ": softmax_scale_factor " + got.at("softmax_scale_factor").dump());
+      if (!got.at("warnings").empty()) fail(label + ": warnings on a published config: " + got.at("warnings").dump());
+    } catch (const std::exception& ex) {
+      fail(label + ": " + ex.what());
+    }
+  }
+  if (failures) std::cerr << failures << " check(s) failed for " << name << "\n";
+  return failures ? 1 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 6 || std::string(argv[4]) != "--") {
-    std::cerr << "usage: check_inspect CASE EXAMPLE_CONFIG_DIR TEST_CONFIG_DIR -- TOOL [ARGS...]\n";
+    std::cerr << "usage: check_inspect CASE EXAMPLE_CONFIG_DIR TEST_CONFIG_DIR -- TOOL [ARGS...]\n"
+                 "       check_inspect published:NAME PUBLISHED_DIR EXPECTED_JSON -- TOOL [ARGS...]\n";
     return 2;
   }
   const std::string name = argv[1];
   std::string tool;
   for (int i = 5; i < argc; ++i) tool += (i > 5 ? " " : "") + quote(argv[i]);
+  if (name.rfind("published:", 0) == 0) return check_published(name.substr(10), argv[2], argv[3], tool);
 
   const Run* run_case = nullptr;
   for (const auto& r : kRuns)
@@ -266,6 +344,17 @@ int main(int argc, char** argv) {
     return 1;
   }
   const std::vector<std::int64_t> positions = positions_of(run_case->args);
+  const auto& warnings = parsed.at("warnings");
+  if (run_case->message) {  // an expected warning: in the JSON and on stderr
+    bool found = false;
+    for (const auto& w : warnings) found = found || w.get<std::string>().find(run_case->message) != std::string::npos;
+    if (!found) fail(name + ": no warning containing '" + run_case->message + "': " + warnings.dump());
+    const std::string err = run(cmd, true).second;
+    if (err.find("rotary-inspect: warning: ") == std::string::npos || err.find(run_case->message) == std::string::npos)
+      fail(name + ": warning not on stderr");
+  } else if (!warnings.empty()) {
+    fail(name + ": unexpected warnings " + warnings.dump());
+  }
   if (name == "no-positions") {  // phi-2 without --positions: empty rows
     if (!parsed.at("positions").empty() || !parsed.at("cos").empty() || !parsed.at("sin").empty())
       fail(name + ": rows without --positions");

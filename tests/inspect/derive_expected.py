@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Independent expectations for check_inspect.cpp, from transformers' modeling_rope_utils.py formulas in
-Python doubles (math.pow; no rotary code). Prints the C++ table of check_inspect.cpp; rerun and paste
-if a case changes:  python3 tests/inspect/derive_expected.py"""
-import json, math, os
+Python doubles (math.pow; no rotary code). Without arguments: prints the C++ table of check_inspect.cpp
+(rerun and paste if a case changes). --write / --check: published_expected.json, the expectations of
+every config in configs/published (see the second half of this file)."""
+import json, math, os, sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -79,10 +80,203 @@ cases = [  # name, rope_type, head_dim, rotary_dim, pairing, rope_theta, attenti
     ("gemma-3-rope-parameters-sliding", "default", 256, 256, "half_split", 1e4, 1.0, inv(256, 1e4)),
     ("llama-2-dynamic", "dynamic", 128, 128, "half_split", 1e4, 1.0, dynamic(128, 1e4, 2.0, 4096, 4096)),
     ("llama-2-dynamic-8192", "dynamic", 128, 128, "half_split", 1e4, 1.0, dynamic(128, 1e4, 2.0, 4096, 8192)),
+    # Misspelt or unread keys: transformers' defaults apply (and rotary-inspect warns).
+    ("misspelt-rope-theta", "default", 128, 128, "half_split", 1e4, 1.0, inv(128, 1e4)),
+    ("misspelt-partial-rotary-factor", "default", 80, 40, "half_split", 1e4, 1.0, inv(40, 1e4)),
+    ("gemma-3-top-level-theta", "linear", 256, 256, "half_split", 1e6, 1.0, [x / 8 for x in inv(256, 1e6)]),
 ]
 
-for name, t, hd, rd, pairing, theta, af, f in cases:
+for name, t, hd, rd, pairing, theta, af, f in (cases if len(sys.argv) == 1 else []):
     assert len(f) == rd // 2
     idx = sorted(set([0, 1, len(f) // 4, len(f) // 2, (3 * len(f)) // 4, len(f) - 2, len(f) - 1]))
     spots = ", ".join("{%d, %r}" % (j, f[j]) for j in idx)
     print('    {"%s", "%s", %d, %d, "%s", %r, %r, {%s}},' % (name, t, hd, rd, pairing, theta, af, spots))
+
+
+# ---- published configs (tests/inspect/configs/published): the whole of transformers' config reading ----
+# An independent Python reading of each config.json as transformers does it (class defaults from
+# configuration_<family>.py, text_config, legacy keys, modeling_rope_utils.py formulas); it shares no
+# code or table with rotary's hf_config.hpp. Run with --write to regenerate published_expected.json,
+# --check (the ctest inspect.published-expected) to fail when the committed file differs.
+
+# Class defaults of each family's configuration class (transformers' configuration_<family>.py): the
+# values a config.json that omits the key gets. "?" in a comment: not checked against the source;
+# the published configs below all set those keys explicitly.
+CLASS_DEFAULTS = {
+    "llama": dict(rope_theta=10000.0, max_position_embeddings=2048, hidden_size=4096, num_attention_heads=32),
+    "llama4_text": dict(rope_theta=500000.0, max_position_embeddings=4096 * 32, hidden_size=5120,
+                        num_attention_heads=40, head_dim=128),
+    "mistral": dict(rope_theta=10000.0, max_position_embeddings=4096 * 32, hidden_size=4096, num_attention_heads=32),
+    "mixtral": dict(rope_theta=1e6, max_position_embeddings=4096 * 32, hidden_size=4096, num_attention_heads=32),
+    "qwen2": dict(rope_theta=10000.0, max_position_embeddings=32768, hidden_size=4096, num_attention_heads=32),
+    "qwen3": dict(rope_theta=10000.0, max_position_embeddings=32768, hidden_size=4096, num_attention_heads=32,
+                  head_dim=128),
+    "qwen3_moe": dict(rope_theta=10000.0, max_position_embeddings=32768, hidden_size=2048, num_attention_heads=32),
+    "qwen2_vl": dict(rope_theta=1e6, max_position_embeddings=32768, hidden_size=8192, num_attention_heads=64),
+    "qwen2_5_vl": dict(rope_theta=1e6, max_position_embeddings=32768, hidden_size=8192, num_attention_heads=64),
+    "qwen3_vl_text": dict(rope_theta=5e6, max_position_embeddings=128000, hidden_size=4096, num_attention_heads=32,
+                          head_dim=128),  # max_position_embeddings ?
+    "gemma2": dict(rope_theta=10000.0, max_position_embeddings=8192, hidden_size=2304, num_attention_heads=8,
+                   head_dim=256),
+    "gemma3_text": dict(rope_theta=1e6, rope_local_base_freq=10000.0, max_position_embeddings=131072,
+                        hidden_size=2304, num_attention_heads=8, head_dim=256),
+    "phi": dict(rope_theta=10000.0, max_position_embeddings=2048, hidden_size=2048, num_attention_heads=32,
+                partial_rotary_factor=0.5),
+    "phi3": dict(rope_theta=10000.0, max_position_embeddings=4096, original_max_position_embeddings=4096,
+                 hidden_size=3072, num_attention_heads=32),
+    "deepseek_v2": dict(rope_theta=10000.0, max_position_embeddings=2048, hidden_size=5120, num_attention_heads=128,
+                        qk_rope_head_dim=64),
+    "deepseek_v3": dict(rope_theta=10000.0, max_position_embeddings=4096, hidden_size=7168, num_attention_heads=128,
+                        qk_rope_head_dim=64, rope_interleave=True),
+    "gpt_oss": dict(rope_theta=150000.0, max_position_embeddings=131072, hidden_size=2880, num_attention_heads=64,
+                    head_dim=64, rope_scaling={"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0,
+                                               "beta_slow": 1.0, "truncate": False,
+                                               "original_max_position_embeddings": 4096}),
+    "glm": dict(rope_theta=10000.0, max_position_embeddings=131072, hidden_size=4096, num_attention_heads=32,
+                head_dim=128, partial_rotary_factor=0.5),
+    "glm4": dict(rope_theta=10000.0, max_position_embeddings=131072, hidden_size=4096, num_attention_heads=32,
+                 head_dim=128, partial_rotary_factor=0.5),
+    "cohere": dict(rope_theta=10000.0, max_position_embeddings=8192, hidden_size=8192, num_attention_heads=64),
+    "gpt_neox": dict(rotary_emb_base=10000, max_position_embeddings=2048, hidden_size=6144, num_attention_heads=64,
+                     rotary_pct=0.25),
+    "gptj": dict(n_positions=2048, n_embd=4096, n_head=16, rotary_dim=64),
+    "falcon": dict(rope_theta=10000.0, max_position_embeddings=2048, hidden_size=4544, num_attention_heads=71),
+    "stablelm": dict(rope_theta=10000, max_position_embeddings=4096, hidden_size=2560, num_attention_heads=32,
+                     partial_rotary_factor=0.25),
+    "olmo2": dict(rope_theta=10000.0, max_position_embeddings=2048, hidden_size=4096, num_attention_heads=32),
+    "granite": dict(rope_theta=10000.0, max_position_embeddings=2048, hidden_size=4096, num_attention_heads=32),
+    "minicpm": dict(rope_theta=10000.0, max_position_embeddings=2048, hidden_size=4096, num_attention_heads=32),
+}
+
+# Pairing in each family's modeling code: rotate_half (half_split) unless listed. Interleaved:
+# GPT-J's rotate_every_two; Cohere's and GLM's rotate_half on x[..., ::2], x[..., 1::2]; DeepSeek-V2's
+# view_as_complex and V3's rope_interleave; Llama 4's complex freqs_cis over reshape(..., -1, 2).
+INTERLEAVED = {"gptj", "codegen", "cohere", "cohere2", "glm", "glm4", "deepseek_v2", "deepseek_v3", "llama4_text"}
+# Layer types whose layers carry no RoPE, and the RoPE layer type used by default.
+NOPE = {"llama4_text": ("full_attention", "chunked_attention")}
+COMPOSITE_TEXT = {"gemma3": "gemma3_text", "llama4": "llama4_text", "qwen3_vl": "qwen3_vl_text", "llava": "llama"}
+
+
+def text_config(cfg):
+    if cfg.get("text_config") is not None:
+        tc = dict(cfg["text_config"])
+        tc.setdefault("model_type", COMPOSITE_TEXT.get(cfg.get("model_type"), cfg.get("model_type")))
+        return tc
+    return cfg
+
+
+def yarn_full(d, b, s, L0, beta_fast, beta_slow, truncate, mscale, mscale_all_dim, attention_factor):
+    corr = lambda r: d * math.log(L0 / (r * 2 * math.pi)) / (2 * math.log(b))
+    low, high = corr(beta_fast), corr(beta_slow)
+    if truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, d - 1)
+    if low == high:
+        high += 0.001
+    out = []
+    for i, x in enumerate(inv(d, b)):
+        ramp = min(max((i - low) / (high - low), 0.0), 1.0)
+        out.append((x / s) * ramp + x * (1 - ramp))
+    m = lambda k: 1.0 if s <= 1 else 0.1 * k * math.log(s) + 1.0
+    if attention_factor is not None:
+        af = attention_factor
+    elif mscale and mscale_all_dim:
+        af = m(mscale) / m(mscale_all_dim)
+    else:
+        af = m(1.0)
+    return out, af
+
+
+def resolve_py(cfg, layer_type=None, seq_len=None):
+    c = text_config(cfg)
+    mt = c.get("model_type", "")
+    dflt = CLASS_DEFAULTS[mt]
+    get = lambda k: c[k] if c.get(k) is not None else dflt.get(k)
+    # head_dim: MLA's rope slice, else `head_dim or hidden_size // num_attention_heads` (aliases n_embd, n_head)
+    if get("qk_rope_head_dim"):
+        head_dim = get("qk_rope_head_dim")
+    else:
+        hidden = get("hidden_size") or get("n_embd")
+        heads = get("num_attention_heads") or get("n_head")
+        head_dim = c.get("head_dim", dflt.get("head_dim")) or hidden // heads
+    nope, rope_layer = NOPE.get(mt, (None, "full_attention"))
+    layer_type = layer_type or rope_layer
+    assert layer_type != nope
+    rs = c["rope_scaling"] if "rope_scaling" in c else dflt.get("rope_scaling")
+    rs = dict(rs or {})
+    rope_type = rs.get("rope_type", rs.get("type", "default"))
+    rope_type = {"mrope": "default", "su": "longrope"}.get(rope_type, rope_type)
+    theta = get("rope_theta") or get("rotary_emb_base") or 10000.0
+    local = get("rope_local_base_freq")
+    if layer_type == "sliding_attention" and local:  # Gemma-3's rotary_emb_local: default RoPE
+        rope_type, theta, rs = "default", local, {}
+    prf = get("partial_rotary_factor") or get("rotary_pct") or 1.0
+    rotary_dim = get("rotary_dim") or int(head_dim * prf)
+    L = get("max_position_embeddings") or get("n_positions")
+    d = rotary_dim
+    af = 1.0
+    if rope_type == "default":
+        f = inv(d, theta)
+    elif rope_type == "linear":
+        f = [x / rs["factor"] for x in inv(d, theta)]
+    elif rope_type == "llama3":
+        lo, hi, L0, s = rs["low_freq_factor"], rs["high_freq_factor"], rs["original_max_position_embeddings"], rs["factor"]
+        f = []
+        for x in inv(d, theta):  # torch.where(wavelen > L0/lo, x/s, x), then the medium band if any
+            wl = 2 * math.pi / x
+            y = x / s if wl > L0 / lo else x
+            if not (wl < L0 / hi) and not (wl > L0 / lo):
+                sm = (L0 / wl - lo) / (hi - lo)
+                y = (1 - sm) * y / s + sm * y
+            f.append(y)
+    elif rope_type == "yarn":
+        L0 = rs.get("original_max_position_embeddings") or L
+        s = rs.get("factor") or L / L0
+        f, af = yarn_full(d, theta, s, L0, rs.get("beta_fast") or 32, rs.get("beta_slow") or 1,
+                          rs.get("truncate", True), rs.get("mscale"), rs.get("mscale_all_dim"),
+                          rs.get("attention_factor"))
+    elif rope_type == "longrope":
+        L0 = get("original_max_position_embeddings") or rs.get("original_max_position_embeddings") or L
+        s = L / L0 if get("original_max_position_embeddings") else (rs.get("factor") or L / L0)
+        ext = rs["long_factor"] if (seq_len or 0) > L0 else rs["short_factor"]
+        f = [x / e for x, e in zip(inv(d, theta), ext)]
+        af = rs.get("attention_factor") or (1.0 if s <= 1 else math.sqrt(1 + math.log(s) / math.log(L0)))
+    else:
+        raise ValueError(rope_type)
+    pairing = "interleaved" if (mt in INTERLEAVED and c.get("rope_interleave", True)) else "half_split"
+    softmax = 1.0
+    if mt in ("deepseek_v2", "deepseek_v3") and rope_type != "default" and rs.get("mscale_all_dim"):
+        m = 0.1 * rs["mscale_all_dim"] * math.log(rs["factor"]) + 1.0
+        softmax = m * m
+    return {"layer_type": layer_type, "rope_type": rope_type, "head_dim": head_dim, "rotary_dim": rotary_dim,
+            "pairing": pairing, "rope_theta": float(theta), "attention_factor": af, "softmax_scale_factor": softmax,
+            "mrope_section": rs.get("mrope_section", []), "mrope_interleaved": bool(rs.get("mrope_interleaved", False)),
+            "inv_freq": f}
+
+
+def published_expectations():
+    pub = os.path.join(HERE, "configs", "published")
+    out = {}
+    for fn in sorted(os.listdir(pub)):
+        if not fn.endswith(".json"):
+            continue
+        cfg = json.load(open(os.path.join(pub, fn)))
+        mt = text_config(cfg).get("model_type")
+        runs = [dict(args=[], **resolve_py(cfg))]
+        if mt in ("gemma3_text", "gemma2", "gpt_oss"):  # sliding-window layers
+            runs.append(dict(args=["--layer-type", "sliding_attention"], **resolve_py(cfg, "sliding_attention")))
+        if mt in NOPE:
+            runs.append({"args": ["--layer-type", NOPE[mt][0]], "exit_status": 1, "message": "NoPE"})
+        if any(r.get("rope_type") == "longrope" for r in runs):
+            runs.append(dict(args=["--seq-len", "131072"], **resolve_py(cfg, seq_len=131072)))
+        out[fn[:-5]] = runs
+    return out
+
+
+if __name__ == "__main__" and len(sys.argv) > 1:
+    path = os.path.join(HERE, "published_expected.json")
+    text = json.dumps(published_expectations(), indent=1, sort_keys=True) + "\n"
+    if sys.argv[1] == "--write":
+        open(path, "w").write(text)
+    elif open(path).read() != text:
+        sys.exit("published_expected.json is out of date: python3 tests/inspect/derive_expected.py --write")

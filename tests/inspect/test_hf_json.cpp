@@ -1,0 +1,119 @@
+// rotary/hf_json.hpp: config.json text -> HfConfig as transformers reads it (text_config, legacy keys,
+// explicit nulls), the warnings for misspelt and ignored keys, and the errors naming a key.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <rotary/hf_json.hpp>
+
+#include "support.hpp"
+
+namespace {
+
+using rotary::HfConfig;
+using rotary::parse_hf_config;
+using rotary::Pairing;
+using rotary::resolve;
+using rotary_test::expect_error;
+
+bool has_warning(const std::vector<std::string>& warnings, const std::string& fragment) {
+  for (const auto& w : warnings)
+    if (w.find(fragment) != std::string::npos) return true;
+  return false;
+}
+
+TEST(HfJson, MisspeltTopLevelKeysWarn) {
+  const HfConfig c = parse_hf_config(R"({"model_type": "llama", "hidden_size": 4096, "rope_thetaa": 500000,
+      "rope_scalling": {"rope_type": "linear", "factor": 2.0}, "partial_rotary_facor": 0.5,
+      "Max_Position_Embeddings": 8192, "num_key_value_heads": 8, "v_head_dim": 128, "hidden_sizes": [1, 2]})");
+  EXPECT_TRUE(has_warning(c.warnings, "rope_thetaa is not a key transformers reads (did you mean rope_theta?)"));
+  EXPECT_TRUE(has_warning(c.warnings, "rope_scalling is not a key transformers reads (did you mean rope_scaling?)"));
+  EXPECT_TRUE(has_warning(c.warnings, "partial_rotary_facor"));
+  EXPECT_TRUE(has_warning(c.warnings, "Max_Position_Embeddings"));  // case counts: HF's keys are case-sensitive
+  EXPECT_EQ(c.warnings.size(), 4u) << ::testing::PrintToString(c.warnings);  // real keys near rope keys: quiet
+  const auto r = resolve(c);
+  EXPECT_EQ(r.spec.base, 10000.0);  // what transformers uses: the misspelt keys are ignored
+  EXPECT_EQ(r.params.rope_type, "default");
+  EXPECT_EQ(r.warnings.size(), 4u);  // passed on by resolve()
+}
+
+TEST(HfJson, UnknownRopeParametersWarn) {
+  const HfConfig c = parse_hf_config(R"({"model_type": "llama", "max_position_embeddings": 4096,
+      "rope_scaling": {"type": "dynamic", "factr": 2.0, "factor": 2.0, "finetuned": true}})");
+  EXPECT_TRUE(has_warning(c.warnings, "rope_scaling.factr is not a rope parameter (did you mean factor?); ignored"));
+  EXPECT_TRUE(has_warning(c.warnings, "rope_scaling.finetuned is not a rope parameter; ignored"));
+  EXPECT_EQ(resolve(c).params.rope_type, "dynamic");
+}
+
+TEST(HfJson, PublishedConfigsRaiseNoWarnings) {
+  // DeepSeek's MLA dims, the MoE keys and a vision tower sit next to rope keys without being misspellings.
+  const HfConfig c = parse_hf_config(R"({"model_type": "deepseek_v3", "hidden_size": 7168,
+      "num_attention_heads": 128, "num_key_value_heads": 128, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+      "v_head_dim": 128, "kv_lora_rank": 512, "q_lora_rank": 1536, "max_position_embeddings": 163840,
+      "rope_theta": 10000, "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0,
+      "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096, "type": "yarn"}})");
+  EXPECT_TRUE(c.warnings.empty()) << ::testing::PrintToString(c.warnings);
+  EXPECT_TRUE(resolve(c).warnings.empty());
+}
+
+TEST(HfJson, TextConfigAloneBuildsTheLanguageModel) {
+  // Gemma-3 as published: text_config without rope_theta; a top-level rope_theta is not read by HF.
+  const HfConfig c = parse_hf_config(R"({"model_type": "gemma3", "rope_theta": 500000.0,
+      "text_config": {"hidden_size": 2560, "rope_scaling": {"factor": 8.0, "rope_type": "linear"}}})");
+  EXPECT_EQ(c.model_type, "gemma3_text");  // the composite's text model type
+  EXPECT_FALSE(c.rope_theta.has_value());
+  EXPECT_TRUE(has_warning(c.warnings, "rope_theta at the top level is not read"));
+  EXPECT_TRUE(has_warning(c.warnings, "class default"));
+  const auto r = resolve(c);
+  EXPECT_EQ(r.spec.base, 1e6);
+  EXPECT_EQ(r.spec.head_dim, 256);
+  // The same key on both levels with the same value: nothing to warn about.
+  const HfConfig same = parse_hf_config(R"({"model_type": "qwen2_5_vl", "rope_theta": 1000000.0,
+      "text_config": {"model_type": "qwen2_5_vl_text", "rope_theta": 1000000.0}})");
+  EXPECT_TRUE(same.warnings.empty()) << ::testing::PrintToString(same.warnings);
+  // A misspelling inside text_config is named with its path.
+  const HfConfig bad = parse_hf_config(R"({"model_type": "llama4",
+      "text_config": {"hidden_size": 5120, "rope_theta_": 500000.0}})");
+  EXPECT_EQ(bad.model_type, "llama4_text");
+  EXPECT_TRUE(has_warning(bad.warnings, "text_config.rope_theta_ is not a key"));
+  EXPECT_EQ(resolve(bad).spec.pairing, Pairing::interleaved);
+}
+
+TEST(HfJson, LegacyKeysAndNulls) {
+  HfConfig c = parse_hf_config(R"({"model_type": "falcon", "n_embed": 4544, "n_head": 71, "alibi": false})");
+  EXPECT_EQ(resolve(c).spec.head_dim, 64);  // Falcon's legacy n_embed
+  c = parse_hf_config(R"({"model_type": "falcon", "hidden_size": 2048, "n_head": 32, "alibi": true})");
+  expect_error([&] { resolve(c); }, {"alibi (true)"});
+  c = parse_hf_config(R"({"model_type": "qwen2_vl", "hidden_size": 3584, "num_attention_heads": 28,
+      "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}})");
+  auto r = resolve(c);
+  EXPECT_EQ(r.params.rope_type, "default");
+  EXPECT_EQ(r.spec.base, 1e6);  // Qwen2VLConfig's class default
+  EXPECT_EQ(r.mrope_section, (std::vector<std::int64_t>{16, 24, 24}));
+  c = parse_hf_config(R"({"model_type": "gpt_oss"})");  // the class default rope_scaling: yarn
+  EXPECT_EQ(resolve(c).params.rope_type, "yarn");
+  c = parse_hf_config(R"({"model_type": "gpt_oss", "rope_scaling": null})");  // HF: None -> default RoPE
+  EXPECT_EQ(resolve(c).params.rope_type, "default");
+  c = parse_hf_config(R"({"model_type": "gemma3_text", "rope_parameters": {"full_attention": {"rope_type": "default"},
+      "sliding_attention": {"rope_type": "default"}}})");  // entries without theta: the class defaults
+  rotary::ResolveOptions o;
+  EXPECT_EQ(resolve(c, o).spec.base, 1e6);
+  o.layer_type = "sliding_attention";
+  EXPECT_EQ(resolve(c, o).spec.base, 1e4);
+}
+
+TEST(HfJson, ErrorsNameTheKey) {
+  expect_error([] { parse_hf_config("{\"model_type\": "); }, {"not valid JSON"});
+  expect_error([] { parse_hf_config("[1, 2]"); }, {"(top level)", "an object"});
+  expect_error([] { parse_hf_config(R"({"rope_theta": "1e4"})"); }, {"\"rope_theta\" must be a number"});
+  expect_error([] { parse_hf_config(R"({"text_config": {"head_dim": 1.5}})"); },
+               {"\"text_config.head_dim\" must be an integer"});
+  expect_error([] { parse_hf_config(R"({"rope_scaling": {"mrope_section": [16, "x"]}})"); },
+               {"rope_scaling.mrope_section[1]"});
+  expect_error([] { parse_hf_config(R"({"head_dim": 100000000})"); }, {"\"head_dim\" (100000000)", "larger"});
+  expect_error([] { rotary::load_hf_config("/nonexistent/config.json"); }, {"cannot open the file"});
+}
+
+}  // namespace
