@@ -156,14 +156,16 @@ inline void check_factor_list(const std::string& rope_type, const char* name, co
 inline std::vector<double> inverse_frequencies(std::int64_t d, long double base, std::int64_t pairs) {
   std::vector<double> t(static_cast<std::size_t>(pairs));
   for (std::int64_t j = 0; j < pairs; ++j) {
-    const long double e = static_cast<long double>(2 * j) / static_cast<long double>(d);
-    t[static_cast<std::size_t>(j)] = static_cast<double>(1.0L / std::pow(base, e));
+    const long double e = detail::strict_div(static_cast<long double>(2 * j), static_cast<long double>(d));
+    t[static_cast<std::size_t>(j)] = static_cast<double>(detail::strict_div(1.0L, detail::libm_powl(base, e)));
   }
   return t;
 }
 
 // YaRN's m(s, k).
-inline double yarn_mscale(double s, double k) { return s <= 1.0 ? 1.0 : 0.1 * k * std::log(s) + 1.0; }
+inline double yarn_mscale(double s, double k) {
+  return s <= 1.0 ? 1.0 : strict_add(strict_mul(strict_mul(0.1, k), libm_log(s)), 1.0);
+}
 
 }  // namespace detail
 
@@ -255,6 +257,9 @@ inline void validate(const RopeParameters& p, const ScalingInput& in) {
 }
 
 // theta_i and the attention factor of rule p.rope_type (see the table at the top of this header).
+// The arithmetic runs through detail::strict_* and libm_* (detail/fp.hpp): value-unsafe flags
+// (-ffast-math, -freciprocal-math, -ffp-contract=fast with FMA hardware) would otherwise change
+// theta in its last bits, and the tables with it; tests/flags checks the bits.
 inline Frequencies scaled_frequencies(const RopeParameters& p, const ScalingInput& in, const EngineQuirks& q = {}) {
   validate(p, in);
   const std::string& t = p.rope_type;
@@ -268,7 +273,7 @@ inline Frequencies scaled_frequencies(const RopeParameters& p, const ScalingInpu
     f.theta = detail::inverse_frequencies(d, b, pairs);
   } else if (t == "linear") {
     f.theta = detail::inverse_frequencies(d, b, pairs);
-    for (double& x : f.theta) x /= *p.factor;
+    for (double& x : f.theta) x = detail::strict_div(x, *p.factor);
   } else if (t == "dynamic" || t == "ntk") {
     const long double s = *p.factor;
     const long double L = static_cast<long double>(in.max_position_embeddings);
@@ -276,26 +281,30 @@ inline Frequencies scaled_frequencies(const RopeParameters& p, const ScalingInpu
     if (t == "dynamic") {
       long double n = L;
       if (q.vllm_dynamic_fixed_table) {
-        n = L * s;
+        n = detail::strict_mul(L, s);
       } else if (in.seq_len && static_cast<long double>(*in.seq_len) > L) {
         n = static_cast<long double>(*in.seq_len);
       }
-      mult = s * n / L - (s - 1.0L);
+      mult = detail::strict_sub(detail::strict_div(detail::strict_mul(s, n), L), detail::strict_sub(s, 1.0L));
     }
     const long double dd = static_cast<long double>(d);
-    const long double base = b * std::pow(mult, dd / (dd - 2.0L));
+    const long double base = detail::strict_mul(b, detail::libm_powl(mult, detail::strict_div(dd, detail::strict_sub(dd, 2.0L))));
     f.theta = detail::inverse_frequencies(d, base, pairs);
   } else if (t == "yarn") {
     const std::int64_t l0 = detail::scaling_l0(p, in);
     const double s = p.factor ? *p.factor
-                              : static_cast<double>(in.max_position_embeddings) / static_cast<double>(l0);
+                              : detail::strict_div(static_cast<double>(in.max_position_embeddings),
+                                                   static_cast<double>(l0));
     const double beta_fast = (p.beta_fast && *p.beta_fast != 0.0) ? *p.beta_fast : 32.0;
     const double beta_slow = (p.beta_slow && *p.beta_slow != 0.0) ? *p.beta_slow : 1.0;
     const bool truncate = p.truncate.value_or(true);
     const double dd = static_cast<double>(d);
     const double pi = 3.14159265358979323846;
     const auto corr = [&](double beta) {
-      return dd * std::log(static_cast<double>(l0) / (beta * 2.0 * pi)) / (2.0 * std::log(p.rope_theta));
+      using detail::strict_div;
+      using detail::strict_mul;
+      const double ln = detail::libm_log(strict_div(static_cast<double>(l0), strict_mul(strict_mul(beta, 2.0), pi)));
+      return strict_div(strict_mul(dd, ln), strict_mul(2.0, detail::libm_log(p.rope_theta)));
     };
     double low = corr(beta_fast);
     double high = corr(beta_slow);
@@ -305,62 +314,75 @@ inline Frequencies scaled_frequencies(const RopeParameters& p, const ScalingInpu
     }
     low = std::max(low, 0.0);
     high = std::min(high, dd - 1.0);
-    if (low == high) high += 0.001;
+    if (low == high) high = detail::strict_add(high, 0.001);
     const std::vector<double> inv = detail::inverse_frequencies(d, b, pairs);
     f.theta.resize(inv.size());
     for (std::size_t i = 0; i < inv.size(); ++i) {
-      const double ramp = std::clamp((static_cast<double>(i) - low) / (high - low), 0.0, 1.0);
-      const double extrapolation = 1.0 - ramp;  // HF's inv_freq_extrapolation_factor
-      f.theta[i] = (inv[i] / s) * (1.0 - extrapolation) + inv[i] * extrapolation;
+      using detail::strict_add;
+      using detail::strict_div;
+      using detail::strict_mul;
+      using detail::strict_sub;
+      const double ramp =
+          std::clamp(strict_div(strict_sub(static_cast<double>(i), low), strict_sub(high, low)), 0.0, 1.0);
+      const double extrapolation = strict_sub(1.0, ramp);  // HF's inv_freq_extrapolation_factor
+      f.theta[i] = strict_add(strict_mul(strict_div(inv[i], s), strict_sub(1.0, extrapolation)),
+                              strict_mul(inv[i], extrapolation));
     }
     if (q.ggml_yarn_magnitude) {
-      f.attention_factor = 1.0 + 0.1 * std::log(s);
+      f.attention_factor = detail::strict_add(1.0, detail::strict_mul(0.1, detail::libm_log(s)));
     } else if (p.attention_factor) {
       f.attention_factor = *p.attention_factor;
     } else if (p.mscale && p.mscale_all_dim && *p.mscale != 0.0 && *p.mscale_all_dim != 0.0) {
-      f.attention_factor = detail::yarn_mscale(s, *p.mscale) / detail::yarn_mscale(s, *p.mscale_all_dim);
+      f.attention_factor =
+          detail::strict_div(detail::yarn_mscale(s, *p.mscale), detail::yarn_mscale(s, *p.mscale_all_dim));
     } else {
       f.attention_factor = detail::yarn_mscale(s, 1.0);
     }
   } else if (t == "longrope") {
     const std::int64_t l0 = detail::scaling_l0(p, in);
     const double s = p.factor ? *p.factor
-                              : static_cast<double>(in.max_position_embeddings) / static_cast<double>(l0);
+                              : detail::strict_div(static_cast<double>(in.max_position_embeddings),
+                                                   static_cast<double>(l0));
     const bool use_long = q.vllm_longrope_always_long || (in.seq_len && *in.seq_len > l0);
     const std::vector<double>& ext = use_long ? p.long_factor : p.short_factor;
     f.theta = detail::inverse_frequencies(d, b, pairs);
-    for (std::size_t i = 0; i < f.theta.size(); ++i) f.theta[i] /= ext[i];
+    for (std::size_t i = 0; i < f.theta.size(); ++i) f.theta[i] = detail::strict_div(f.theta[i], ext[i]);
     if (p.attention_factor) {
       f.attention_factor = *p.attention_factor;
     } else if (s > 1.0) {
-      f.attention_factor = std::sqrt(1.0 + std::log(s) / std::log(static_cast<double>(l0)));
+      f.attention_factor = std::sqrt(detail::strict_add(
+          1.0, detail::strict_div(detail::libm_log(s), detail::libm_log(static_cast<double>(l0)))));
     }
   } else if (t == "llama3") {
     const double s = *p.factor;
     const double lo = *p.low_freq_factor;
     const double hi = *p.high_freq_factor;
     const double l0 = static_cast<double>(*p.original_max_position_embeddings);
-    const double low_wavelen = l0 / lo;
-    const double high_wavelen = l0 / hi;
+    using detail::strict_add;
+    using detail::strict_div;
+    using detail::strict_mul;
+    using detail::strict_sub;
+    const double low_wavelen = strict_div(l0, lo);
+    const double high_wavelen = strict_div(l0, hi);
     const double two_pi = 6.283185307179586476925;
     f.theta = detail::inverse_frequencies(d, b, pairs);
     for (double& x : f.theta) {
-      const double wavelen = two_pi / x;
+      const double wavelen = strict_div(two_pi, x);
       if (wavelen > low_wavelen) {
-        x = x / s;
+        x = strict_div(x, s);
       } else if (hi > lo && wavelen >= high_wavelen) {  // medium band, both ends inclusive; empty if hi == lo
-        const double sm = (l0 / wavelen - lo) / (hi - lo);
-        x = (1.0 - sm) * x / s + sm * x;
+        const double sm = strict_div(strict_sub(strict_div(l0, wavelen), lo), strict_sub(hi, lo));
+        x = strict_add(strict_div(strict_mul(strict_sub(1.0, sm), x), s), strict_mul(sm, x));
       }  // else high frequency: unchanged
     }
   } else {  // proportional
     const double s = p.factor.value_or(1.0);
     const double frac = p.partial_rotary_factor.value_or(1.0);
     const auto rope_angles =
-        static_cast<std::int64_t>(std::floor(frac * static_cast<double>(in.head_dim) / 2.0));
+        static_cast<std::int64_t>(std::floor(detail::strict_div(detail::strict_mul(frac, static_cast<double>(in.head_dim)), 2.0)));
     const std::vector<double> rotated = detail::inverse_frequencies(in.head_dim, b, rope_angles);
     f.theta.assign(static_cast<std::size_t>(in.head_dim / 2), 0.0);
-    for (std::size_t i = 0; i < rotated.size(); ++i) f.theta[i] = rotated[i] / s;
+    for (std::size_t i = 0; i < rotated.size(); ++i) f.theta[i] = detail::strict_div(rotated[i], s);
   }
   f.validate();
   return f;

@@ -58,6 +58,16 @@ inline double opaque(double x) noexcept {
   return x;
 }
 
+inline long double opaque(long double x) noexcept {
+#if defined(__GNUC__)
+  __asm__("" : "+m"(x));  // through memory: works for x87 and software long doubles alike
+#else
+  volatile long double v = x;
+  x = v;
+#endif
+  return x;
+}
+
 // The nearest integer to x (ties to either neighbour) as a double, for |x| < 2^62, by an integer
 // conversion: no add-and-subtract trick that reassociation could fold.
 inline double nearest_integer(double x) noexcept {
@@ -129,6 +139,31 @@ inline long double libm_cosl(long double x) noexcept {
   static long double (*volatile const fn)(long double) = &::cosl;
   return fn(x);
 }
+
+// libm's pow and log in double, for the scaling rules (scaling.hpp, frequencies.hpp): the same calls
+// under every flag set (no libmvec variant in a vectorised loop, no exp/log rewriting).
+inline double libm_pow(double b, double e) noexcept {
+  static double (*volatile const fn)(double, double) = &::pow;
+  return fn(b, e);
+}
+inline double libm_log(double x) noexcept {
+  static double (*volatile const fn)(double) = &::log;
+  return fn(x);
+}
+inline long double libm_logl(long double x) noexcept {
+  static long double (*volatile const fn)(long double) = &::logl;
+  return fn(x);
+}
+
+// Rounded arithmetic that value-unsafe flags cannot reorder, fuse or turn into a reciprocal
+// multiply: for the few formulas (scaling rules) whose double result must not depend on flags.
+inline double strict_mul(double a, double b) noexcept { return opaque(opaque(a) * opaque(b)); }
+inline double strict_div(double a, double b) noexcept { return opaque(opaque(a) / opaque(b)); }
+inline double strict_add(double a, double b) noexcept { return opaque(opaque(a) + opaque(b)); }
+inline double strict_sub(double a, double b) noexcept { return opaque(opaque(a) - opaque(b)); }
+inline long double strict_mul(long double a, long double b) noexcept { return opaque(opaque(a) * opaque(b)); }
+inline long double strict_div(long double a, long double b) noexcept { return opaque(opaque(a) / opaque(b)); }
+inline long double strict_sub(long double a, long double b) noexcept { return opaque(opaque(a) - opaque(b)); }
 
 }  // namespace rotary::detail
 
