@@ -773,7 +773,7 @@ TEST(EdgePositions, Int32Limits) {
   rotary_test::expect_error([&] { rotary::apply_strided(fly, y.data(), l, Positions(negative)); },
                             {"positions[1] (-2147483648) must be >= 0"});
   rotary_test::expect_error([&] { rotary::apply_strided(fly, y.data(), l, Positions::contiguous(-1)); },
-                            {"position (-1) must be >= 0"});
+                            {"positions start (-1) must be >= 0"});
   rotary_test::expect_error(
       [&] {
         rotary::CosSinCache<float>::for_positions(f, {3, kInt32Min});

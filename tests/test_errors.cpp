@@ -64,8 +64,10 @@ class CallErrors : public ::testing::Test {
 };
 
 TEST_F(CallErrors, Positions) {
-  expect_error([&] { rotary::apply(rope, x, Positions::contiguous(14), 2); }, {"position (16)", "[0, 16)"});
-  expect_error([&] { rotary::apply(rope, x, Positions::contiguous(-1), 2); }, {"position (-1)"});
+  expect_error([&] { rotary::apply(rope, x, Positions::contiguous(14), 2); },
+               {"position 16 (start 14 + token 2) is outside the cache [0, 16)"});
+  expect_error([&] { rotary::apply(rope, x, Positions::contiguous(-1), 2); },
+               {"positions start (-1) must be >= 0"});
   const std::vector<std::int32_t> neg = {0, -3, 1};
   expect_error([&] { rotary::apply(rope, x, neg, 2); }, {"positions[1] (-3)"});
   const std::vector<std::int64_t> outside = {0, 1, 99};
@@ -75,7 +77,8 @@ TEST_F(CallErrors, Positions) {
   expect_error([&] { rotary::apply(rope, x, Positions::contiguous(INT64_MAX - 1), 2); }, {"overflows"});
   const rotary::Rope<float> listed(RotarySpec(8), rotary::CosSinCache<float>::for_positions(
                                                        rotary::default_frequencies(8, 1e4), {5, 9}));
-  expect_error([&] { rotary::apply(listed, x, Positions::contiguous(5), 3); }, {"position (6)", "2 listed positions"});
+  expect_error([&] { rotary::apply(listed, x, Positions::contiguous(5), 3); },
+               {"position 6 (start 5 + token 1) is not one of the cache's 2 listed positions"});
 }
 
 TEST_F(CallErrors, Shapes) {
@@ -91,8 +94,12 @@ TEST_F(CallErrors, Shapes) {
                {"rows overlap", "head stride 4"});
   expect_error([&] { rotary::apply_strided(rope, buf.data(), rotary::StridedLayout{2, 2, -16, 8}, Positions::contiguous(0)); },
                {"strides (token -16"});
-  expect_error([&] { rotary::apply_strided(rope, static_cast<float*>(nullptr), rotary::StridedLayout{1, 1, 8, 8}, Positions::contiguous(0)); },
-               {"input is null"});
+  expect_error(
+      [&] {
+        rotary::apply_strided(rope, static_cast<float*>(nullptr), rotary::StridedLayout{1, 1, 8, 8},
+                              Positions::contiguous(0));
+      },
+      {"x is null but holds 1 tokens"});
 }
 
 TEST_F(CallErrors, Aliasing) {
@@ -105,11 +112,167 @@ TEST_F(CallErrors, Aliasing) {
   EXPECT_NO_THROW(rotary::apply(rope, in, same, Positions::contiguous(0), 2));
 }
 
+// Messages point at the mistake: the argument as the caller named it, the token behind a position,
+// and where views share memory (row and element of each).
+TEST_F(CallErrors, MessagesNameTheArgument) {
+  std::vector<float> buf(512, 0.5f);
+  float* p = buf.data();
+  // One tensor of a batch is "x" in place, "input" / "output" out of place; q and k only when fused.
+  const rotary::BatchShape narrow{1, 2, 2, 6};
+  expect_error(
+      [&] {
+        rotary::apply_batch(rope, rotary::BatchView<float>(p, rotary::Layout::bshd, narrow),
+                            rotary::SequencePositions::restart());
+      },
+      {"rotary: x head_dim (6) != rope head_dim (8)"});
+  expect_error(
+      [&] {
+        rotary::apply_batch(rope, rotary::BatchView<const float>(p, rotary::Layout::bshd, narrow),
+                            rotary::BatchView<float>(p + 100, rotary::Layout::bshd, narrow),
+                            rotary::SequencePositions::restart());
+      },
+      {"rotary: input head_dim (6) != rope head_dim (8)"});
+  expect_error(
+      [&] {
+        rotary::apply_batch(rope, rotary::Layout::bhsd, p, narrow, rotary::SequencePositions::restart());
+      },
+      {"rotary: x head_dim (6)"});
+  expect_error(
+      [&] {
+        rotary::apply_strided(rope, p, rotary::StridedLayout{2, 1, -8, 8}, Positions::contiguous(0));
+      },
+      {"rotary: x strides (token -8, head 8) must be >= 0"});
+  expect_error(
+      [&] {
+        rotary::apply_strided(rope, p, rotary::StridedLayout{2, 1, 8, 8}, p + 100,
+                              rotary::StridedLayout{2, 1, -8, 8}, Positions::contiguous(0));
+      },
+      {"rotary: output strides (token -8, head 8) must be >= 0"});
+  expect_error(
+      [&] {
+        rotary::shift_keys_strided(rope, static_cast<float*>(nullptr), rotary::StridedLayout{2, 1, 8, 8},
+                                   std::int64_t{1});
+      },
+      {"rotary: keys is null but holds 2 tokens"});
+  // Contiguous positions name the start and the token.
+  const rotary::Rope<float> table(RotarySpec(8, Pairing::interleaved), 256);
+  rotary::RowMatrix<float> ten = rotary::RowMatrix<float>::Zero(10, 8);
+  expect_error([&] { rotary::apply(table, ten, Positions::contiguous(250), 1); },
+               {"rotary: position 259 (start 250 + token 9) is outside the cache [0, 256)"});
+  EXPECT_TRUE(ten.isZero());
+}
+
+TEST_F(CallErrors, OverlapMessagesSayWhere) {
+  std::vector<float> buf(512, 0.5f);
+  float* p = buf.data();
+  // Input and output one element apart: the first shared element of each.
+  const Eigen::Map<rotary::RowMatrix<float>> in(p, 6, 8);
+  Eigen::Map<rotary::RowMatrix<float>> shifted(p + 1, 6, 8);
+  expect_error(
+      [&] { rotary::apply(rope, in, shifted, Positions::contiguous(0), 2); },
+      {"input and output partially overlap: input (token 0, head 0) element 1 is the same memory as output "
+       "(token 0, head 0) element 0"});
+  // Rows that interleave without sharing an element: the ranges each view covers.
+  const rotary::StridedLayout gaps{1, 2, 16, 16};
+  expect_error(
+      [&] { rotary::apply_strided(rope, p, gaps, p + 8, gaps, Positions::contiguous(0)); },
+      {"input spans elements [0, 24) and output [8, 32) counted from input's first element; their rows "
+       "interleave without sharing an element"});
+  // Rows of one view: which row starts inside which.
+  expect_error(
+      [&] {
+        rotary::apply_strided(rope, p, rotary::StridedLayout{2, 2, 16, 4}, Positions::contiguous(0));
+      },
+      {"x rows overlap: row (token 0, head 1) starts at element 4 of row (token 0, head 0) (token stride 16, "
+       "head "
+       "stride 4, head_dim 8; 2 tokens x 2 heads)"});
+  expect_error(
+      [&] {
+        rotary::apply_strided(rope, p, rotary::StridedLayout{3, 2, 12, 16}, Positions::contiguous(0));
+      },
+      {"x rows overlap: row (token 0, head 1) starts at element 4 of row (token 1, head 0)"});
+  // Disjoint rows whose strides do not nest: rejected, and said so.
+  expect_error(
+      [&] {
+        rotary::apply_strided(rope, p, rotary::StridedLayout{3, 2, 16, 24}, Positions::contiguous(0));
+      },
+      {"x rows overlap or interleave (token stride 16, head stride 24, head_dim 8; 3 tokens x 2 heads)"});
+  // Fused q and k: which views, and where.
+  const rotary::StridedLayout ql{3, 2, 16, 8};
+  const rotary::StridedLayout kl{3, 1, 8, 8};
+  expect_error(
+      [&] { rotary::apply_qk_strided(rope, p, ql, p, ql, p + 40, kl, p + 40, kl, Positions::contiguous(0)); },
+      {"q and k views overlap: q (token 2, head 1) element 0 is the same memory as k (token 0, head 0) "
+       "element 0"});
+  expect_error(
+      [&] {
+        rotary::apply_qk_strided(rope, p, ql, p + 200, ql, p + 236, kl, p + 300, kl,
+                                 Positions::contiguous(0));
+      },
+      {"q and k views overlap: q output (token 2, head 0) element 4 is the same memory as k input (token 0, "
+       "head 0) "
+       "element 0"});
+  // Batches: batch, token and head of each view.
+  const rotary::BatchShape s{2, 2, 2, 8};
+  expect_error(
+      [&] {
+        rotary::apply_batch(rope, rotary::BatchView<const float>(p, rotary::Layout::bshd, s),
+                            rotary::BatchView<float>(p + 36, rotary::Layout::bshd, s),
+                            rotary::SequencePositions::restart());
+      },
+      {"input and output overlap: input (batch 1, token 0, head 0) element 4 is the same memory as output "
+       "(batch 0, "
+       "token 0, head 0) element 0"});
+  expect_error(
+      [&] {
+        rotary::apply_qk_batch(
+            rope, rotary::BatchView<float>(p, rotary::Layout::bshd, s),
+            rotary::BatchView<float>(p + 56, rotary::Layout::bshd, rotary::BatchShape{2, 2, 1, 8}),
+            rotary::SequencePositions::restart());
+      },
+      {"q and k views overlap: q (batch 1, token 1, head 1) element 0 is the same memory as k (batch 0, "
+       "token 0, head "
+       "0) element 0"});
+  expect_error(
+      [&] {
+        rotary::apply_batch(rope, rotary::BatchView<float>(p, s, rotary::BatchStrides{32, 16, 4}),
+                            rotary::SequencePositions::restart());
+      },
+      {"x rows overlap: row (batch 0, token 0, head 1) starts at element 4 of row (batch 0, token 0, head "
+       "0)"});
+  EXPECT_EQ(buf, std::vector<float>(512, 0.5f));
+}
+
 #ifndef NDEBUG
 TEST_F(CallErrors, UncheckedAssertsInDebugBuilds) {
   GTEST_FLAG_SET(death_test_style, rotary_test::death_test_style());
   EXPECT_DEATH(rotary::apply_unchecked(rope, x, Positions::contiguous(15), 2), "");
   EXPECT_DEATH(rotary::apply_unchecked(rope, x, y, Positions::contiguous(0), 4), "");
+}
+#endif
+
+#if !defined(NDEBUG) && !(defined(ROTARY_TEST_EMULATED) && ROTARY_TEST_EMULATED)
+// The failed assertion of an unchecked call prints the message the checked call would throw.
+TEST_F(CallErrors, UncheckedAssertionsPrintTheMessage) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(rotary::apply_unchecked(rope, x, Positions::contiguous(15), 2),
+               "rotary: position 17 .start 15 . token 2. is outside the cache .0, 16.");
+  EXPECT_DEATH(rotary::apply_unchecked(rope, x, Positions(static_cast<const std::int64_t*>(nullptr), 3), 2),
+               "rotary: positions is null but holds 3 values");
+  EXPECT_DEATH(rotary::apply_unchecked(rope, x, y, Positions::contiguous(0), 4),
+               "rotary: input has 6 rows, not a multiple of heads .4.");
+  std::vector<float> buf(256);
+  const rotary::StridedLayout l{3, 2, 16, 8};
+  EXPECT_DEATH(
+      rotary::apply_strided_unchecked(rope, buf.data(), l, buf.data() + 1, l, Positions::contiguous(0)),
+      "rotary: input and output partially overlap: input .token 0, head 0. element 1");
+  EXPECT_DEATH(
+      rotary::apply_batch_unchecked(
+          rope,
+          rotary::BatchView<const float>(buf.data(), rotary::Layout::bshd, rotary::BatchShape{1, 3, 2, 8}),
+          rotary::BatchView<float>(buf.data(), rotary::Layout::bshd, rotary::BatchShape{1, 3, 2, 8}),
+          rotary::SequencePositions::per_token(Positions(static_cast<const std::int32_t*>(nullptr), 3))),
+      "rotary: per-token positions is null but holds 3 values");
 }
 #endif
 

@@ -61,7 +61,7 @@ TEST_F(Validation, ApplyQkEigen) {
   expect_error([&] { rotary::apply_qk(rope, q, wide, Positions::contiguous(0), 2, 1); },
                {"k has 10 columns", "head_dim is 8"});
   expect_error([&] { rotary::apply_qk(rope, q, k, Positions::contiguous(14), 2, 1); },
-               {"position (16)", "[0, 16)"});
+               {"position 16 (start 14 + token 2) is outside the cache [0, 16)"});
   expect_error(
       [&] {
         rotary::apply_qk(rope, q, k, std::vector<std::int32_t>{0, -1, 2}, 2, 1);
@@ -106,13 +106,13 @@ TEST_F(Validation, ApplyQkStrided) {
         rotary::apply_qk_strided(rope, p, ql, p, ql, static_cast<const float*>(nullptr), kl,
                                  static_cast<float*>(nullptr), kl, Positions::contiguous(0));
       },
-      {"k input is null but holds 3 tokens"});
+      {"k is null but holds 3 tokens"});
   const StridedLayout back{3, 1, -8, 8};
   expect_error(
       [&] {
         rotary::apply_qk_strided(rope, p, ql, p, ql, p + 60, back, p + 60, back, Positions::contiguous(0));
       },
-      {"k input strides (token -8, head 8) must be >= 0"});
+      {"k strides (token -8, head 8) must be >= 0"});
   const StridedLayout two{2, 1, 8, 8};
   expect_error(
       [&] {
@@ -207,7 +207,7 @@ TEST_F(Validation, ShiftAndRerotate) {
       },
       {"positions has 2 values for 3 tokens"});
   expect_error([&] { rotary::rerotate_keys(rope, rope, q, Positions::contiguous(-4), 2); },
-               {"position (-4) must be >= 0"});
+               {"positions start (-4) must be >= 0"});
   expect_error([&] { rotary::rerotate_keys(rope, rope, q, Positions::contiguous(0), 5); },
                {"keys has 6 rows, not a multiple of heads (5)"});
   expect_error(
@@ -283,7 +283,7 @@ TEST_F(Validation, LayoutsNotCoveredElsewhere) {
                                BatchView<float>(p + 64, Layout::bshd, BatchShape{1, 2, 1, 6}),
                                SequencePositions::restart());
       },
-      {"k input head_dim (6) != rope head_dim (8)"});
+      {"k head_dim (6) != rope head_dim (8)"});
   expect_error(
       [&] {
         rotary::apply_qk_batch(rope, BatchView<float>(p, Layout::bshd, BatchShape{1, 2, 2, 8}),
@@ -312,6 +312,157 @@ TEST_F(Validation, LayoutsNotCoveredElsewhere) {
       },
       {"per-token positions start (9223372036854775807) + 2 tokens overflows int64"});
   expect_untouched();
+}
+
+// Null index arrays: every checked entry point that takes positions, cu_seqlens, AxisPositions or
+// deltas throws (it used to read through the null pointer). A null array of 0 values is an empty
+// array (an empty std::vector's data() may be null): fine for 0 tokens, a count error otherwise.
+const std::int32_t* const kNull32 = nullptr;
+const std::int64_t* const kNull64 = nullptr;
+
+TEST_F(Validation, NullPositionsApply) {
+  float* p = buf.data();
+  const StridedLayout l{3, 2, 16, 8};
+  const char* null3 = "positions is null but holds 3 values";
+  expect_error([&] { rotary::apply(rope, q, Positions(kNull32, 3), 2); }, {null3});
+  expect_error([&] { rotary::apply(rope, RowMatrix<float>(q0), q, Positions(kNull64, 3), 2); }, {null3});
+  expect_error([&] { rotary::apply_strided(rope, p, l, Positions(kNull64, 3)); }, {null3});
+  expect_error([&] { rotary::apply_strided(rope, p, l, p + 100, l, Positions(kNull32, 3)); }, {null3});
+  expect_error([&] { rotary::apply_qk(rope, q, k, Positions(kNull32, 3), 2, 1); }, {null3});
+  expect_error(
+      [&] {
+        rotary::apply_qk_strided(rope, p, l, p, l, p + 60, StridedLayout{3, 1, 8, 8}, p + 60,
+                                 StridedLayout{3, 1, 8, 8}, Positions(kNull64, 3));
+      },
+      {null3});
+  // A null pointer with another count is first of all the wrong count.
+  expect_error([&] { rotary::apply(rope, q, Positions(kNull32, 0), 2); },
+               {"positions has 0 values for 3 tokens"});
+  // Short arrays whose length the API knows (std::vector, Eigen vectors): a count error, never a read past
+  // them.
+  const Eigen::Matrix<std::int64_t, Eigen::Dynamic, 1> two = Eigen::Matrix<std::int64_t, 2, 1>(0, 1);
+  expect_error([&] { rotary::apply(rope, q, two, 2); }, {"positions has 2 values for 3 tokens"});
+  expect_error([&] { rotary::apply(rope, q, std::vector<std::int32_t>{}, 2); },
+               {"positions has 0 values for 3 tokens"});
+  expect_untouched();
+  // An empty call with an empty (null) array is fine.
+  EXPECT_NO_THROW(rotary::apply_strided(rope, p, StridedLayout{0, 2, 16, 8}, Positions(kNull32, 0)));
+  EXPECT_NO_THROW(rotary::apply_strided(rope, p, StridedLayout{0, 2, 16, 8}, std::vector<std::int64_t>{}));
+  // Cache-free ropes validate the same way.
+  const rotary::Rope<float> otf(RotarySpec(8, Pairing::interleaved), rotary::OnTheFly{});
+  expect_error([&] { rotary::apply(otf, q, Positions(kNull64, 3), 2); }, {null3});
+  expect_untouched();
+}
+
+TEST_F(Validation, NullIndexArraysLayouts) {
+  float* p = buf.data();
+  const BatchShape s{2, 3, 1, 8};  // 6 tokens
+  const auto null_tokens = SequencePositions::per_token(Positions(kNull32, 6));
+  expect_error([&] { rotary::apply_batch(rope, Layout::bshd, p, s, null_tokens); },
+               {"per-token positions is null but holds 6 values"});
+  expect_error([&] { rotary::apply_batch(rope, BatchView<float>(p, Layout::bhsd, s), null_tokens); },
+               {"per-token positions is null"});
+  expect_error(
+      [&] {
+        rotary::apply_qk_batch(rope, BatchView<float>(p, Layout::bshd, s),
+                               BatchView<float>(p + 100, Layout::bshd, s),
+                               SequencePositions::per_token(Positions(kNull64, 6)));
+      },
+      {"per-token positions is null"});
+  expect_error([&] { rotary::token_positions(null_tokens, {3, 3}); }, {"per-token positions is null"});
+  const StridedLayout l{6, 1, 8, 8};
+  expect_error(
+      [&] {
+        rotary::apply_varlen(rope, p, l, std::vector<std::int64_t>{0, 2, 6}, null_tokens);
+      },
+      {"per-token positions is null"});
+  expect_error(
+      [&] { rotary::apply_varlen(rope, p, l, rotary::CuSeqlens(kNull32, 3), SequencePositions::restart()); },
+      {"cu_seqlens is null but holds 3 values"});
+  expect_error(
+      [&] {
+        rotary::apply_qk_varlen(rope, p, l, p + 100, l, rotary::CuSeqlens(kNull64, 2),
+                                SequencePositions::restart());
+      },
+      {"cu_seqlens is null but holds 2 values"});
+  expect_error(
+      [&] {
+        rotary::apply_varlen(rope, rotary::TensorMap3<float>(p, 6, 1, 8), rotary::CuSeqlens(kNull64, 2),
+                             SequencePositions::restart());
+      },
+      {"cu_seqlens is null"});
+  // A short per-token array is a count error.
+  expect_error(
+      [&] {
+        rotary::apply_batch(rope, Layout::bshd, p, s,
+                            SequencePositions::per_token(std::vector<std::int64_t>(5, 0)));
+      },
+      {"per-token positions has 5 values for 6 tokens"});
+  expect_untouched();
+  // An empty batch with an empty (null) per-token array is fine.
+  EXPECT_NO_THROW(rotary::apply_batch(rope, Layout::bshd, p, BatchShape{0, 3, 1, 8},
+                                      SequencePositions::per_token(Positions(kNull32, 0))));
+}
+
+TEST_F(Validation, NullIndexArraysOtherEntryPoints) {
+  float* p = buf.data();
+  // rerotate: deltas and positions
+  expect_error([&] { rotary::shift_keys(rope, q, Positions(kNull32, 3), 2); },
+               {"deltas is null but holds 3 values"});
+  expect_error(
+      [&] {
+        rotary::shift_keys_strided(rope, p, StridedLayout{3, 2, 16, 8}, Positions(kNull64, 3));
+      },
+      {"deltas is null"});
+  expect_error([&] { rotary::rerotate_keys(rope, rope, q, Positions(kNull64, 3), 2); },
+               {"positions is null but holds 3 values"});
+  // xPos
+  const rotary::XPos<float> xpos(RotarySpec(8, Pairing::interleaved));
+  expect_error([&] { xpos.apply_q(q, Positions(kNull32, 3), 2); }, {"positions is null"});
+  expect_error([&] { xpos.apply_qk(q, k, Positions(kNull64, 3), 2, 1); }, {"positions is null"});
+  // linear attention
+  const RowMatrix<float> v = RowMatrix<float>::Random(3, 4);
+  expect_error([&] { (void)rotary::rope_linear_attention(rope, k, k, v, Positions(kNull32, 3)); },
+               {"positions is null"});
+  expect_error(
+      [&] {
+        (void)rotary::rope_linear_attention(rope, k, k, v, Positions::contiguous(0), Positions(kNull64, 3));
+      },
+      {"k_positions is null but holds 3 values"});
+  // gradients
+  const RowMatrix<float> dy = RowMatrix<float>::Random(6, 8);
+  expect_error(
+      [&] {
+        (void)rotary::theta_gradient(RotarySpec(8, Pairing::interleaved), q, dy, Positions(kNull32, 3), 2);
+      },
+      {"positions is null but holds 3 values"});
+  std::vector<double> grad(4, 0.0);
+  expect_error(
+      [&] {
+        rotary::accumulate_theta_gradient_strided(RotarySpec(8, Pairing::interleaved), p,
+                                                  StridedLayout{3, 2, 16, 8}, p, StridedLayout{3, 2, 16, 8},
+                                                  Positions(kNull64, 3), grad);
+      },
+      {"positions is null"});
+  expect_error([&] { rotary::input_gradient(rope, q, Positions(kNull32, 3), 2); }, {"positions is null"});
+  // multi-axis: a null planar array, a null stream among several, an Eigen matrix of the wrong width
+  const rotary::MultiAxisRope<float> mrope(RotarySpec(8, Pairing::half_split),
+                                           rotary::mrope_axis_map(8, {2, 1, 1}), 16);
+  expect_error([&] { rotary::apply(mrope, q, rotary::AxisPositions(kNull64, 3, 3), 2); },
+               {"positions stream 0 is null but holds 3 tokens"});
+  const std::vector<std::int32_t> row = {0, 1, 2};
+  expect_error(
+      [&] {
+        rotary::apply(mrope, q,
+                      rotary::AxisPositions::of_streams<std::int32_t>({row.data(), nullptr, row.data()}, 3),
+                      2);
+      },
+      {"positions stream 1 is null"});
+  const Eigen::Matrix<std::int64_t, 3, 2> narrow = Eigen::Matrix<std::int64_t, 3, 2>::Zero();
+  expect_error([&] { rotary::apply(mrope, q, narrow, 2); },
+               {"positions have 2 tokens per stream for 3 tokens"});
+  expect_untouched();
+  EXPECT_EQ(grad, std::vector<double>(4, 0.0));
 }
 
 TEST(ValidationConstruction, RopeCacheFrequencies) {
@@ -371,29 +522,44 @@ TEST(ValidationReference, MatricesAndWeights) {
   expect_error([] { rotary::parse_isa("sse"); }, {"isa (\"sse\")"});
 }
 
-#ifndef NDEBUG
+#if !defined(NDEBUG) && !(defined(ROTARY_TEST_EMULATED) && ROTARY_TEST_EMULATED)
 // The unchecked variants run the same checks as ROTARY_ASSERTs in debug builds.
 TEST_F(Validation, UncheckedVariantsAssertInDebugBuilds) {
   GTEST_FLAG_SET(death_test_style, rotary_test::death_test_style());
   float* p = buf.data();
   const StridedLayout l{3, 2, 16, 8};
-  EXPECT_DEATH(rotary::apply_strided_unchecked(rope, p, l, p + 1, l, Positions::contiguous(0)), "");
-  EXPECT_DEATH(rotary::apply_strided_unchecked(rope, p, l, p + 100, l, Positions::contiguous(15)), "");
+  // Each prints the message the checked variant throws before the assertion fails.
+  EXPECT_DEATH(rotary::apply_strided_unchecked(rope, p, l, p + 1, l, Positions::contiguous(0)),
+               "rotary: input and output partially overlap");
+  EXPECT_DEATH(rotary::apply_strided_unchecked(rope, p, l, p + 100, l, Positions::contiguous(15)),
+               "rotary: position 17 .start 15 . token 2. is outside the cache");
   EXPECT_DEATH(rotary::apply_qk_strided_unchecked(rope, p, l, p, l, p + 40, StridedLayout{3, 1, 8, 8}, p + 40,
                                                   StridedLayout{3, 1, 8, 8}, Positions::contiguous(0)),
-               "");
+               "rotary: q and k views overlap: q .token 2, head 1. element 0 is the same memory as k");
   EXPECT_DEATH(
       rotary::apply_batch_unchecked(rope, BatchView<const float>(p, Layout::bshd, BatchShape{1, 2, 2, 8}),
                                     BatchView<float>(p + 4, Layout::bshd, BatchShape{1, 2, 2, 8}),
                                     SequencePositions::restart()),
-      "");
+      "rotary: input and output overlap: input .batch 0, token 0, head 0. element 4");
   EXPECT_DEATH(
       rotary::apply_qk_batch_unchecked(rope, BatchView<const float>(p, Layout::bshd, BatchShape{1, 2, 2, 8}),
                                        BatchView<float>(p, Layout::bshd, BatchShape{1, 2, 2, 8}),
                                        BatchView<const float>(p + 128, Layout::bshd, BatchShape{1, 2, 1, 8}),
                                        BatchView<float>(p + 128, Layout::bshd, BatchShape{1, 2, 1, 8}),
                                        SequencePositions::start(15)),
-      "");
+      "rotary: position 16 .start 15 . token 1. is outside the cache");
+  // Null index arrays too.
+  EXPECT_DEATH(rotary::apply_strided_unchecked(rope, p, l, p + 100, l, Positions(kNull32, 3)),
+               "rotary: positions is null but holds 3 values");
+  EXPECT_DEATH(
+      rotary::apply_batch_unchecked(rope, BatchView<const float>(p, Layout::bshd, BatchShape{1, 3, 1, 8}),
+                                    BatchView<float>(p, Layout::bshd, BatchShape{1, 3, 1, 8}),
+                                    SequencePositions::per_token(Positions(kNull64, 3))),
+      "rotary: per-token positions is null but holds 3 values");
+  const rotary::MultiAxisRope<float> mrope(RotarySpec(8, Pairing::half_split),
+                                           rotary::mrope_axis_map(8, {2, 1, 1}), 16);
+  EXPECT_DEATH(rotary::apply_unchecked(mrope, q, rotary::AxisPositions(kNull64, 3, 3), 2),
+               "rotary: positions stream 0 is null but holds 3 tokens");
 }
 #endif
 

@@ -17,7 +17,8 @@
 // position counts, negative positions and positions outside the cache. Validation is O(tokens) for
 // position arrays and O(1) otherwise.
 // Unchecked: the *_unchecked variants skip validation; in debug builds (no NDEBUG) they run the
-// same checks and ROTARY_ASSERT on failure. Bad input there is undefined behaviour.
+// same checks and fail a ROTARY_ASSERT after printing the checked variant's message to stderr
+// (ROTARY_ASSERT_MESSAGE, config.hpp). Bad input there is undefined behaviour.
 #ifndef ROTARY_APPLY_HPP
 #define ROTARY_APPLY_HPP
 
@@ -265,7 +266,7 @@ void execute(const KernelArgs<T>& a, bool checked, const ParallelFor& parallel) 
   if (checked) {
     throw_if(check_call(a));
   } else {
-    ROTARY_ASSERT(check_call(a).empty());
+    ROTARY_ASSERT_MESSAGE(check_call(a));
   }
   run(a, parallel);
 }
@@ -277,7 +278,7 @@ void strided(bool checked, const Rope<T>& rope, const T* in, const StridedLayout
   if (checked) {
     throw_if(m);
   } else {
-    ROTARY_ASSERT(m.empty());
+    ROTARY_ASSERT_MESSAGE(m);
   }
   execute(make_args(rope, in, il, out, ol, positions, dir), checked, parallel);
 }
@@ -294,7 +295,7 @@ void strided_qk(bool checked, const Rope<T>& rope, const T* q_in, const StridedL
   if (checked) {
     throw_if(m);
   } else {
-    ROTARY_ASSERT(m.empty());
+    ROTARY_ASSERT_MESSAGE(m);
   }
   StreamArgs<T> k;
   if (kil.heads > 0) k = make_stream(k_in, kil, k_out, kol);
@@ -311,7 +312,7 @@ StridedLayout layout_of(bool checked, const In& x, std::int64_t heads, std::int6
   if (checked) {
     throw_if(m);
   } else {
-    ROTARY_ASSERT(m.empty());
+    ROTARY_ASSERT_MESSAGE(m);
   }
   return l;
 }

@@ -10,6 +10,16 @@
 #define ROTARY_ASSERT(condition) assert(condition)
 #endif
 
+// Unchecked entry points validate a whole call into a message ("" when valid: the text the checked
+// entry points throw). ROTARY_ASSERT_MESSAGE(message) asserts through ROTARY_ASSERT that it is
+// empty, and prints "rotary: <message>" to stderr just before a failing assertion, so that the
+// failure says what is wrong rather than only which check failed. `message` is evaluated only where
+// ROTARY_ASSERT evaluates its condition (with the default, never under NDEBUG). Define
+// ROTARY_ASSERT_MESSAGE(message) yourself to receive the std::string instead.
+#ifndef ROTARY_ASSERT_MESSAGE
+#define ROTARY_ASSERT_MESSAGE(message) ROTARY_ASSERT(::rotary::detail::valid_or_report(message))
+#endif
+
 #if defined(__x86_64__) || defined(_M_X64)
 #define ROTARY_ARCH_X86_64 1
 #else

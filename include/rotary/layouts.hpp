@@ -118,9 +118,11 @@ class CuSeqlens {
   CuSeqlens(const std::vector<std::int64_t>& v) noexcept  // NOLINT(google-explicit-constructor)
       : CuSeqlens(v.data(), static_cast<std::int64_t>(v.size())) {}
   std::int64_t count() const noexcept { return count_; }
-  // Unchecked (ROTARY_ASSERT in debug builds): i in [0, count()).
+  // Whether the pointer is null; checked entry points reject that for count() > 0.
+  bool is_null() const noexcept { return wide_ ? p64_ == nullptr : p32_ == nullptr; }
+  // Unchecked (ROTARY_ASSERT in debug builds): i in [0, count()) of a non-null array.
   std::int64_t operator[](std::int64_t i) const noexcept {
-    ROTARY_ASSERT(i >= 0 && i < count_);
+    ROTARY_ASSERT(i >= 0 && i < count_ && !is_null());
     return wide_ ? p64_[i] : p32_[i];
   }
 
@@ -199,9 +201,7 @@ class SequencePositions {
           return concat("per-token positions start (", tokens_.start(), ") + ", total, " tokens overflows int64");
         return {};
       }
-      if (tokens_.count() != total)
-        return concat("per-token positions has ", tokens_.count(), " values for ", total, " tokens");
-      return {};
+      return detail::check_position_array(tokens_, total, "per-token positions");
     }
     if (starts_.size() != 1 && starts_.size() != lengths.size())
       return concat("sequence start offsets has ", starts_.size(), " values for ", lengths.size(),
@@ -270,13 +270,14 @@ inline void report(bool checked, const std::string& m) {
   if (checked) {
     throw_if(m);
   } else {
-    ROTARY_ASSERT(m.empty());
+    ROTARY_ASSERT_MESSAGE(m);
   }
 }
 
 // "" or what is wrong with cu_seqlens for `total` packed tokens; fills lengths.
 inline std::string check_cu_seqlens(const CuSeqlens& cu, std::int64_t total, std::vector<std::int64_t>& lengths) {
   if (cu.count() < 1) return concat("cu_seqlens has ", cu.count(), " values; it needs batch + 1 >= 1");
+  if (cu.is_null()) return concat("cu_seqlens is null but holds ", cu.count(), " values");
   if (cu[0] != 0) return concat("cu_seqlens[0] (", cu[0], ") must be 0");
   lengths.resize(static_cast<std::size_t>(cu.count() - 1));
   for (std::int64_t i = 1; i < cu.count(); ++i) {
@@ -313,8 +314,17 @@ Extent batch_extent(const T* p, const BatchShape& s, const BatchStrides& st) noe
   return {lo, lo + static_cast<std::uintptr_t>(last) * sizeof(T)};
 }
 
+// The rows of a batch view, for overlap messages.
 template <class T>
-std::string check_batch_view(const char* name, const BatchView<T>& v, std::int64_t head_dim) {
+RowSet batch_rows(const BatchView<T>& v) noexcept {
+  return RowSet(v.data, v.shape.head_dim,
+                {{"batch", v.shape.batch, v.strides.batch},
+                 {"token", v.shape.seq, v.strides.seq},
+                 {"head", v.shape.heads, v.strides.head}});
+}
+
+template <class T>
+std::string check_batch_view(const std::string& name, const BatchView<T>& v, std::int64_t head_dim) {
   const BatchShape& s = v.shape;
   if (s.batch < 0 || s.seq < 0 || s.heads < 0)
     return concat(name, " shape (batch ", s.batch, ", seq ", s.seq, ", heads ", s.heads, ") must be >= 0");
@@ -329,22 +339,34 @@ std::string check_batch_view(const char* name, const BatchView<T>& v, std::int64
                   v.strides.seq, ", head ", v.strides.head, "; shape ", s.batch, " x ", s.seq, " x ", s.heads,
                   "): no buffer is that large");
   if (!batch_rows_disjoint(s, v.strides))
-    return concat(name, " rows overlap: strides (batch ", v.strides.batch, ", seq ", v.strides.seq, ", head ",
-                  v.strides.head, "), head_dim ", s.head_dim);
+    return rows_overlap_message(
+        name, batch_rows(v),
+        concat("strides (batch ", v.strides.batch, ", seq ", v.strides.seq, ", head ", v.strides.head,
+               "), head_dim ", s.head_dim, "; shape ", s.batch, " x ", s.seq, " x ", s.heads));
   return {};
 }
 
 template <class T>
-std::string check_in_out(const char* name, const BatchView<const T>& in, const BatchView<T>& out) {
+bool same_view(const BatchView<const T>& in, const BatchView<T>& out) noexcept {
+  return in.data == out.data && in.strides.batch == out.strides.batch && in.strides.seq == out.strides.seq &&
+         in.strides.head == out.strides.head && in.shape.batch == out.shape.batch &&
+         in.shape.seq == out.shape.seq && in.shape.heads == out.shape.heads &&
+         in.shape.head_dim == out.shape.head_dim;
+}
+
+template <class T>
+std::string check_in_out(const ViewNames& names, const BatchView<const T>& in, const BatchView<T>& out) {
   const BatchShape& a = in.shape;
   const BatchShape& b = out.shape;
   if (a.batch != b.batch || a.seq != b.seq || a.heads != b.heads)
-    return concat(name, "shape mismatch: input is ", a.batch, " x ", a.seq, " x ", a.heads, ", output is ", b.batch,
-                  " x ", b.seq, " x ", b.heads, " (batch x seq x heads)");
+    return concat(names.prefix, "shape mismatch: input is ", a.batch, " x ", a.seq, " x ", a.heads,
+                  ", output is ", b.batch, " x ", b.seq, " x ", b.heads, " (batch x seq x heads)");
   const bool same = in.data == out.data && in.strides.batch == out.strides.batch &&
                     in.strides.seq == out.strides.seq && in.strides.head == out.strides.head;
   if (!same && overlap(batch_extent(in.data, a, in.strides), batch_extent(out.data, b, out.strides)))
-    return concat(name, "input and output overlap: give the same view (in place) or disjoint buffers");
+    return concat(names.in, " and ", names.out,
+                  " overlap: ", where_views_meet(names.in, batch_rows(in), names.out, batch_rows(out)),
+                  "; give the same view (in place) or disjoint buffers");
   return {};
 }
 
@@ -447,13 +469,16 @@ void batch_qk(bool checked, const Rope<T>& rope, const BatchView<const T>& q_in,
               const BatchView<const T>& k_in, const BatchView<T>& k_out, const SequencePositions& pos,
               Direction dir, const ParallelFor& parallel) {
   const bool has_k = k_in.shape.heads > 0;
-  std::string m = check_batch_view("q input", q_in, rope.head_dim());
-  if (m.empty()) m = check_batch_view("q output", q_out, rope.head_dim());
-  if (m.empty()) m = check_in_out("q ", q_in, q_out);
+  // Views are named after the arguments: x (one tensor in place), input and output, or q and k.
+  const ViewNames qn = view_names(has_k ? "q" : "", same_view(q_in, q_out), "x");
+  const ViewNames kn = view_names("k", same_view(k_in, k_out), "x");
+  std::string m = check_batch_view(qn.in, q_in, rope.head_dim());
+  if (m.empty()) m = check_batch_view(qn.out, q_out, rope.head_dim());
+  if (m.empty()) m = check_in_out(qn, q_in, q_out);
   if (m.empty() && has_k) {
-    m = check_batch_view("k input", k_in, rope.head_dim());
-    if (m.empty()) m = check_batch_view("k output", k_out, rope.head_dim());
-    if (m.empty()) m = check_in_out("k ", k_in, k_out);
+    m = check_batch_view(kn.in, k_in, rope.head_dim());
+    if (m.empty()) m = check_batch_view(kn.out, k_out, rope.head_dim());
+    if (m.empty()) m = check_in_out(kn, k_in, k_out);
     if (m.empty() && (k_in.shape.batch != q_in.shape.batch || k_in.shape.seq != q_in.shape.seq))
       m = concat("q is ", q_in.shape.batch, " x ", q_in.shape.seq, " but k is ", k_in.shape.batch, " x ",
                  k_in.shape.seq, " (batch x seq)");
@@ -524,10 +549,18 @@ void batch_qk(bool checked, const Rope<T>& rope, const BatchView<const T>& q_in,
   // fused dispatch still rotates them, as long as no q output row is a k row or vice versa. The
   // per-dispatch check below sees one sequence at a time; this one sees the whole batch.
   if (has_k) {
-    const bool clash = !rows_apart(q_out, k_in) || !rows_apart(q_out, k_out) || !rows_apart(k_out, q_in);
-    report(checked, clash ? std::string("q and k views overlap: a q output may not share a row with k, nor a k "
-                                        "output with q")
-                          : std::string());
+    std::string clash;
+    const auto meet = [&clash](const auto& x, const std::string& x_name, const auto& y,
+                               const std::string& y_name) {
+      if (clash.empty() && !rows_apart(x, y))
+        clash =
+            concat("q and k views overlap: ", where_views_meet(x_name, batch_rows(x), y_name, batch_rows(y)),
+                   "; a q output may not share a row with k, nor a k output with q");
+    };
+    meet(q_out, qn.out, k_in, kn.in);
+    meet(q_out, qn.out, k_out, kn.out);
+    meet(k_out, kn.out, q_in, qn.in);
+    report(checked, clash);
   }
 
   std::vector<KernelArgs<T>> calls;

@@ -93,6 +93,8 @@ RowMatrix<T> features(const Map& map, const RowMatrix<T>& x, std::int64_t head_d
 }
 
 inline void check_count(const Positions& p, Eigen::Index rows, const char* name) {
+  if (!p.is_contiguous() && p.is_null() && p.count() > 0)
+    throw error(concat(name, " is null but holds ", p.count(), " values"));
   if (!p.is_contiguous() && p.count() != static_cast<std::int64_t>(rows))
     throw error(concat(name, " has ", p.count(), " values for ", rows, " rows"));
 }

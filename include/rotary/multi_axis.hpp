@@ -667,8 +667,8 @@ void multi_axis_call(bool checked, const MultiAxisRope<T>& r, const StreamArgs<T
     throw_if(check_call(a));
     throw_if(check_axis_positions(r, p, tokens));
   } else {
-    ROTARY_ASSERT(check_call(a).empty());
-    ROTARY_ASSERT(check_axis_positions(r, p, tokens).empty());
+    ROTARY_ASSERT_MESSAGE(check_call(a));
+    ROTARY_ASSERT_MESSAGE(check_axis_positions(r, p, tokens));
   }
   run_with_row_blocks(
       a,
@@ -686,7 +686,7 @@ void multi_axis_strided(bool checked, const MultiAxisRope<T>& r, const T* in, co
   if (checked) {
     throw_if(m);
   } else {
-    ROTARY_ASSERT(m.empty());
+    ROTARY_ASSERT_MESSAGE(m);
   }
   multi_axis_call(checked, r, make_stream(in, il, out, ol), StreamArgs<T>{}, il.tokens, p, dir, parallel);
 }
@@ -703,7 +703,7 @@ void multi_axis_strided_qk(bool checked, const MultiAxisRope<T>& r, const T* q_i
   if (checked) {
     throw_if(m);
   } else {
-    ROTARY_ASSERT(m.empty());
+    ROTARY_ASSERT_MESSAGE(m);
   }
   StreamArgs<T> k;
   if (kil.heads > 0) k = make_stream(k_in, kil, k_out, kol);

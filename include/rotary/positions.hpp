@@ -48,9 +48,16 @@ class Positions {
   // Number of values of an array; -1 for contiguous positions (any number of tokens).
   std::int64_t count() const noexcept { return kind_ == Kind::contiguous ? -1 : count_; }
 
-  // Unchecked (ROTARY_ASSERT in debug builds): t in [0, count()) for arrays.
+  // Whether an array's pointer is null (false for contiguous positions). Checked entry points reject
+  // a null array of count() > 0 values; one of 0 values is empty (an empty std::vector's data() may
+  // be null) and serves a call of 0 tokens.
+  bool is_null() const noexcept {
+    return (kind_ == Kind::int32 && p32_ == nullptr) || (kind_ == Kind::int64 && p64_ == nullptr);
+  }
+
+  // Unchecked (ROTARY_ASSERT in debug builds): t in [0, count()) of a non-null array.
   std::int64_t operator[](std::int64_t t) const noexcept {
-    ROTARY_ASSERT(t >= 0 && (kind_ == Kind::contiguous || t < count_));
+    ROTARY_ASSERT(t >= 0 && (kind_ == Kind::contiguous || (t < count_ && !is_null())));
     switch (kind_) {
       case Kind::int32:
         return p32_[t];

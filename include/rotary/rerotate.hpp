@@ -79,7 +79,7 @@ KernelArgs<T> rerotate_args(const Rope<T>& rope, T* x, const StridedLayout& l, c
   a.positions = positions;
   static const compute_t<T> placeholder = compute_t<T>(0);
   a.rows = &placeholder;  // rows are filled per block by run_with_rows; check_call needs a row source
-  throw_if(check_call(a));
+  throw_if(check_call(a, "keys"));
   return a;
 }
 
@@ -131,8 +131,7 @@ void shift_impl(const Rope<T>& rope, T* x, const StridedLayout& l, const Positio
   using C = compute_t<T>;
   if (deltas.is_contiguous())
     throw error("deltas must be an int32/int64 array, one per token (for one shift of all tokens pass an integer)");
-  if (deltas.count() != l.tokens)
-    throw error(concat("deltas has ", deltas.count(), " values for ", l.tokens, " tokens"));
+  throw_if(check_position_array(deltas, l.tokens, "deltas"));
   const KernelArgs<T> a = rerotate_args(rope, x, l, Positions::contiguous(0));
   const std::vector<Turns> turns = turns_of(rope.cache().theta());
   run_with_rows(a, [&turns, &deltas](std::int64_t t, C* out) { shift_row(deltas[t], turns, out); }, parallel);

@@ -504,7 +504,7 @@ class XPos {
     if (checked) {
       detail::throw_if(validate());
     } else {
-      ROTARY_ASSERT(validate().empty());
+      ROTARY_ASSERT_MESSAGE(validate());
     }
     run(a, first, center, dir, parallel);
   }
@@ -513,7 +513,7 @@ class XPos {
     if (checked) {
       detail::throw_if(m);
     } else {
-      ROTARY_ASSERT(m.empty());
+      ROTARY_ASSERT_MESSAGE(m);
     }
   }
 

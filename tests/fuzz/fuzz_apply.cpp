@@ -25,8 +25,9 @@
 //      they are anchored at fixed 32-token blocks, not at the split).
 // Some inputs instead break one argument in a way that is certainly invalid (a position outside the
 // cache or negative, a wrong position count, overlapping rows, partial input/output overlap, q and k
-// sharing rows, mismatched layouts, negative tokens or strides, null data, a view too large for any
-// address space): the checked entry point must throw rotary::error and leave every buffer untouched.
+// sharing rows, mismatched layouts, negative tokens or strides, null data, a null positions array, a
+// view too large for any address space): the checked entry point must throw rotary::error and leave
+// every buffer untouched.
 #include <Eigen/Core>
 
 #include <algorithm>
@@ -66,8 +67,10 @@ enum class Breakage {
   start_overflow,
   view_too_large,
   null_data,
+  null_positions,  // drawn through null_data (see apply_breakage), so kBreakages stays 14
 };
-constexpr int kBreakages = 14;
+constexpr int kBreakages = 14;      // kinds draw_breakage picks from (older seeds decode as before)
+constexpr int kBreakageKinds = 15;  // every kind, for the rejection report
 
 const char* name(Breakage b) {
   static const char* const names[] = {"none",
@@ -83,7 +86,8 @@ const char* name(Breakage b) {
                                       "negative_stride",
                                       "start_overflow",
                                       "view_too_large",
-                                      "null_data"};
+                                      "null_data",
+                                      "null_positions"};
   return names[static_cast<int>(b)];
 }
 
@@ -93,7 +97,7 @@ struct Stats {
   long valid = 0;
   long by_entry[6] = {};
   long by_cache[3] = {};
-  Rejections<Breakage, kBreakages> rejected{name};
+  Rejections<Breakage, kBreakageKinds> rejected{name};
   ~Stats() {
     if (std::getenv("ROTARY_FUZZ_STATS") == nullptr) return;
     std::fprintf(stderr, "valid calls %ld; entries", valid);
@@ -136,11 +140,15 @@ struct Case {
   std::vector<std::int32_t> p32;
   std::vector<std::int64_t> p64;
   std::vector<std::int64_t> pos;  // the position of every token (what the harness expects)
+  bool null_positions = false;    // pass a null array of tokens values (breakage)
   Breakage breakage = Breakage::none;
   int parts = 0;
   std::vector<Buffer<T>> bufs;
 
   Positions positions() const {
+    if (null_positions && pos_kind == Positions::Kind::int32)
+      return Positions(static_cast<const std::int32_t*>(nullptr), tokens);
+    if (null_positions) return Positions(static_cast<const std::int64_t*>(nullptr), tokens);
     if (pos_kind == Positions::Kind::int32) return Positions(p32);
     if (pos_kind == Positions::Kind::int64) return Positions(p64);
     return Positions::contiguous(start);
@@ -682,9 +690,19 @@ bool apply_breakage(Source& in, Case<T>& c, const rotary::Rope<T>& rope) {
       return true;
     }
     case Breakage::null_data:
-      if (c.tokens == 0 || c.entry == Entry::eigen || c.entry == Entry::eigen_qk) return false;
+      // Null data, or, with position arrays, one time in two (Eigen entry points: always) a null
+      // positions array of one value per token: the check must not read through it.
+      if (c.tokens == 0) return false;
+      if (arrays && (c.entry == Entry::eigen || c.entry == Entry::eigen_qk || in.ConsumeBool())) {
+        c.breakage = Breakage::null_positions;
+        c.null_positions = true;
+        return true;
+      }
+      if (c.entry == Entry::eigen || c.entry == Entry::eigen_qk) return false;
       c.q.in.null = true;
       return true;
+    case Breakage::null_positions:
+      return false;  // only through null_data
   }
   return false;
 }

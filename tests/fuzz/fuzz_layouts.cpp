@@ -20,8 +20,8 @@
 // context-parallel rank/ranks out of range or odd local lengths for the load-balanced split;
 // per-token positions of the wrong count; a position outside the cache or negative; a head_dim,
 // shape or stride that does not fit; rows that overlap; q and k sharing rows; input and output
-// partially overlapping; q and k of different batch or length): the checked entry point must throw
-// rotary::error and leave every buffer untouched.
+// partially overlapping; q and k of different batch or length; a null per-token array or cu_seqlens):
+// the checked entry point must throw rotary::error and leave every buffer untouched.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -67,8 +67,12 @@ enum class Breakage {
   q_k_length_mismatch,
   varlen_token_mismatch,
   view_too_large,
+  // Drawn through per_token_count and cu_last (see apply_breakage), so kBreakages stays 20:
+  null_per_token,
+  null_cu_seqlens,
 };
-constexpr int kBreakages = 20;
+constexpr int kBreakages = 20;      // kinds draw_breakage picks from (older seeds decode as before)
+constexpr int kBreakageKinds = 22;  // every kind, for the rejection report
 
 const char* name(Breakage b) {
   static const char* const names[] = {"none",
@@ -90,7 +94,9 @@ const char* name(Breakage b) {
                                       "partial_in_out_overlap",
                                       "q_k_length_mismatch",
                                       "varlen_token_mismatch",
-                                      "view_too_large"};
+                                      "view_too_large",
+                                      "null_per_token",
+                                      "null_cu_seqlens"};
   return names[static_cast<int>(b)];
 }
 
@@ -98,7 +104,7 @@ const char* name(Breakage b) {
 struct Stats {
   long valid = 0;
   long varlen = 0;
-  Rejections<Breakage, kBreakages> rejected{name};
+  Rejections<Breakage, kBreakageKinds> rejected{name};
   ~Stats() {
     if (std::getenv("ROTARY_FUZZ_STATS") == nullptr) return;
     std::fprintf(stderr, "valid calls %ld (varlen %ld)\n", valid, varlen);
@@ -134,6 +140,7 @@ struct Case {
   std::vector<std::int64_t> cu;
   bool cu32 = false;
   std::vector<std::int32_t> cu_32;
+  bool null_cu = false;  // pass a null cu_seqlens of cu.size() values (breakage)
   View q_in, q_out, k_in, k_out;
   // positions
   PosMode pos_mode = PosMode::start;
@@ -142,6 +149,7 @@ struct Case {
   Positions::Kind per_token_kind = Positions::Kind::contiguous;
   std::vector<std::int32_t> p32;
   std::vector<std::int64_t> p64;
+  bool null_per_token = false;  // pass a null per-token array of total() values (breakage)
   ContextSplit split = ContextSplit::contiguous;
   std::int64_t rank = 0, ranks = 1;
   Direction dir = Direction::forward;
@@ -165,6 +173,10 @@ struct Case {
       case PosMode::restart:
         return SequencePositions::restart();
       case PosMode::per_token:
+        if (null_per_token && per_token_kind == Positions::Kind::int32)
+          return SequencePositions::per_token(Positions(static_cast<const std::int32_t*>(nullptr), total()));
+        if (null_per_token)
+          return SequencePositions::per_token(Positions(static_cast<const std::int64_t*>(nullptr), total()));
         if (per_token_kind == Positions::Kind::int32) return SequencePositions::per_token(Positions(p32));
         if (per_token_kind == Positions::Kind::int64) return SequencePositions::per_token(Positions(p64));
         return SequencePositions::per_token(Positions::contiguous(per_token_start));
@@ -425,7 +437,12 @@ void invoke(const Case<T>& c, const rotary::Rope<T>& rope, std::vector<Buffer<T>
   if (c.varlen) {
     T* qi = bufs[static_cast<std::size_t>(c.q_in.buf)].data.data() + c.q_in.off;
     T* qo = bufs[static_cast<std::size_t>(c.q_out.buf)].data.data() + c.q_out.off;
-    const rotary::CuSeqlens cu = c.cu32 ? rotary::CuSeqlens(c.cu_32) : rotary::CuSeqlens(c.cu);
+    const auto size = static_cast<std::int64_t>(c.cu.size());
+    const rotary::CuSeqlens cu =
+        c.null_cu ? (c.cu32 ? rotary::CuSeqlens(static_cast<const std::int32_t*>(nullptr), size)
+                            : rotary::CuSeqlens(static_cast<const std::int64_t*>(nullptr), size))
+        : c.cu32  ? rotary::CuSeqlens(c.cu_32)
+                  : rotary::CuSeqlens(c.cu);
     if (!has_k) {
       if (c.in_place) {
         rotary::apply_varlen(rope, qo, varlen_layout<T>(c.q_out), cu, pos, c.dir, par);
@@ -578,6 +595,11 @@ bool apply_breakage(Source& in, Case<T>& c, const rotary::Rope<T>& rope) {
     }
     case Breakage::cu_last:
       if (!c.varlen) return false;
+      if (in.ConsumeBool()) {  // or a null cu_seqlens: the check must not read through it
+        c.breakage = Breakage::null_cu_seqlens;
+        c.null_cu = true;
+        return true;
+      }
       c.cu.push_back(c.cu.back() + in.ConsumeIntegralInRange<std::int64_t>(1, 3));
       c.cu_32.push_back(static_cast<std::int32_t>(c.cu.back()));
       return true;
@@ -610,8 +632,16 @@ bool apply_breakage(Source& in, Case<T>& c, const rotary::Rope<T>& rope) {
     }
     case Breakage::per_token_count:
       if (c.pos_mode != PosMode::per_token || c.per_token_kind == Positions::Kind::contiguous) return false;
+      if (c.total() > 0 && in.ConsumeBool()) {  // or a null array of one value per token
+        c.breakage = Breakage::null_per_token;
+        c.null_per_token = true;
+        return true;
+      }
       break_position_count(in, c.p32, c.p64);
       return true;
+    case Breakage::null_per_token:
+    case Breakage::null_cu_seqlens:
+      return false;  // only through per_token_count and cu_last
     case Breakage::position_outside_cache: {
       if (c.cache_mode == 2 || c.total() == 0) return false;
       if (c.pos_mode == PosMode::per_token && c.per_token_kind != Positions::Kind::contiguous) {

@@ -5,16 +5,29 @@
 
 #include "guard.hpp"
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
+#include <cstdio>
 #include <initializer_list>
 #include <limits>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "format.hpp"
 #include "kernel_args.hpp"
 
 namespace rotary::detail {
+
+// ROTARY_ASSERT_MESSAGE's condition (config.hpp): true for "", else prints the message to stderr,
+// as the checked entry points would throw it, and returns false for the assertion to fail on.
+inline bool valid_or_report(const std::string& message) noexcept {
+  if (message.empty()) return true;
+  std::fprintf(stderr, "rotary: %s\n", message.c_str());
+  std::fflush(stderr);
+  return false;
+}
 
 // Element extent [first, last) spanned by a strided set of rows; {0, 0} when empty.
 struct Extent {
@@ -68,8 +81,191 @@ inline bool span_fits(std::initializer_list<std::pair<std::int64_t, std::ptrdiff
   return true;
 }
 
+// ---- where rows share memory: for messages, computed only once a check has failed ----------------
+
+// The rows of a strided view: n axes (name, count, stride in elements >= 0) and rows of head_dim
+// elements of `element` bytes each, the first at `base`.
+struct RowSet {
+  struct Axis {
+    const char* name;
+    std::int64_t count;
+    std::ptrdiff_t stride;
+  };
+  using Index = std::array<std::int64_t, 3>;
+
+  std::uintptr_t base = 0;
+  std::size_t element = 1;
+  std::int64_t head_dim = 0;
+  int n = 0;
+  std::array<Axis, 3> axes{};
+
+  template <class T>
+  RowSet(const T* p, std::int64_t hd, std::initializer_list<Axis> list) noexcept
+      : base(reinterpret_cast<std::uintptr_t>(p)), element(sizeof(T)), head_dim(hd) {
+    for (const Axis& a : list)
+      if (n < 3) axes[static_cast<std::size_t>(n++)] = a;
+  }
+
+  const Axis& axis(int a) const noexcept { return axes[static_cast<std::size_t>(a)]; }
+  std::int64_t rows() const noexcept {
+    std::int64_t r = 1;
+    for (int a = 0; a < n; ++a) {
+      if (axis(a).count <= 0) return 0;
+      r = axis(a).count > std::numeric_limits<std::int64_t>::max() / r
+              ? std::numeric_limits<std::int64_t>::max()
+              : r * axis(a).count;
+    }
+    return r;
+  }
+  // Elements from the first row's start to the end of the last row.
+  std::int64_t span() const noexcept {
+    std::int64_t e = head_dim;
+    for (int a = 0; a < n; ++a) e += (axis(a).count - 1) * axis(a).stride;
+    return e;
+  }
+  std::uintptr_t start(const Index& i) const noexcept {
+    std::ptrdiff_t e = 0;
+    for (int a = 0; a < n; ++a) e += i[static_cast<std::size_t>(a)] * axis(a).stride;
+    return base + static_cast<std::uintptr_t>(e) * element;
+  }
+  // "(token 1, head 0)"
+  std::string describe(const Index& i) const {
+    std::string s = "(";
+    for (int a = 0; a < n; ++a)
+      s += concat(a > 0 ? ", " : "", axis(a).name, " ", i[static_cast<std::size_t>(a)]);
+    return s + ")";
+  }
+  // The element of row i that holds byte `at`.
+  std::int64_t element_at(const Index& i, std::uintptr_t at) const noexcept {
+    return static_cast<std::int64_t>((at - start(i)) / element);
+  }
+};
+
+// The rows of a view whose rows nest (check_view / rows_disjoint passed), in address order: the axes
+// from the largest stride to the smallest, like digits.
+class RowWalk {
+ public:
+  explicit RowWalk(const RowSet& s) noexcept : s_(s), done_(s.rows() == 0) {
+    for (int a = 0; a < s.n; ++a) order_[static_cast<std::size_t>(a)] = a;
+    std::sort(order_.begin(), order_.begin() + s.n,
+              [&s](int x, int y) { return s.axis(x).stride > s.axis(y).stride; });
+  }
+  bool done() const noexcept { return done_; }
+  const RowSet::Index& index() const noexcept { return i_; }
+  std::uintptr_t begin() const noexcept { return s_.start(i_); }
+  std::uintptr_t end() const noexcept {
+    return begin() + static_cast<std::uintptr_t>(s_.head_dim) * s_.element;
+  }
+  void next() noexcept {
+    for (int k = s_.n - 1; k >= 0; --k) {
+      const int a = order_[static_cast<std::size_t>(k)];
+      if (++i_[static_cast<std::size_t>(a)] < s_.axis(a).count) return;
+      i_[static_cast<std::size_t>(a)] = 0;
+    }
+    done_ = true;
+  }
+
+ private:
+  const RowSet& s_;
+  std::array<int, 3> order_{};
+  RowSet::Index i_{};
+  bool done_;
+};
+
+// A byte two rows share: row `a` of one view (or of the view), row `b` of the other (or another).
+struct SharedRows {
+  RowSet::Index a{};
+  RowSet::Index b{};
+  std::uintptr_t at = 0;
+};
+
+// The lowest byte where a row of `x` and a row of `y` share memory, if any; both views' rows must
+// nest. One merge of the two address-ordered walks: O(rows), no allocation.
+inline bool first_shared(const RowSet& x, const RowSet& y, SharedRows& out) noexcept {
+  RowWalk a(x);
+  RowWalk b(y);
+  while (!a.done() && !b.done()) {
+    if (a.end() <= b.begin()) {
+      a.next();
+    } else if (b.end() <= a.begin()) {
+      b.next();
+    } else {
+      out = {a.index(), b.index(), std::max(a.begin(), b.begin())};
+      return true;
+    }
+  }
+  return false;
+}
+
+// Two rows of one view that share memory, with b starting inside a; false if none was found (rows
+// that interleave without sharing, or too many rows to sort).
+inline bool shared_rows(const RowSet& s, SharedRows& out) {
+  const auto row_bytes = static_cast<std::uintptr_t>(s.head_dim) * s.element;
+  for (int a = 0; a < s.n; ++a) {  // the usual mistake: one stride below head_dim
+    if (s.axis(a).count > 1 && s.axis(a).stride < s.head_dim) {
+      out = {};
+      out.b[static_cast<std::size_t>(a)] = 1;
+      out.at = s.start(out.b);
+      return true;
+    }
+  }
+  constexpr std::int64_t kMaxRows = std::int64_t{1} << 16;
+  const std::int64_t rows = s.rows();
+  if (rows > kMaxRows) return false;
+  std::vector<std::pair<std::uintptr_t, RowSet::Index>> starts;
+  starts.reserve(static_cast<std::size_t>(rows));
+  RowSet::Index i{};
+  for (std::int64_t r = 0; r < rows; ++r) {
+    starts.emplace_back(s.start(i), i);
+    for (int a = s.n - 1; a >= 0; --a) {
+      if (++i[static_cast<std::size_t>(a)] < s.axis(a).count) break;
+      i[static_cast<std::size_t>(a)] = 0;
+    }
+  }
+  std::sort(starts.begin(), starts.end());
+  // If any row starts inside an earlier one, some row starts inside the one just before it.
+  for (std::size_t k = 1; k < starts.size(); ++k) {
+    if (starts[k].first < starts[k - 1].first + row_bytes) {
+      out = {starts[k - 1].second, starts[k].second, starts[k].first};
+      return true;
+    }
+  }
+  return false;
+}
+
+// Where two views whose bounding ranges overlap meet: "<x> (token 0, head 1) element 3 is the same
+// memory as <y> (token 0, head 0) element 0", or, when their rows interleave without sharing an
+// element, the ranges each covers.
+inline std::string where_views_meet(const std::string& x_name, const RowSet& x, const std::string& y_name,
+                                    const RowSet& y) {
+  SharedRows sh;
+  if (first_shared(x, y, sh))
+    return concat(x_name, " ", x.describe(sh.a), " element ", x.element_at(sh.a, sh.at),
+                  " is the same memory as ", y_name, " ", y.describe(sh.b), " element ",
+                  y.element_at(sh.b, sh.at));
+  const auto bytes = static_cast<std::int64_t>(y.base - x.base);  // two's complement: may be negative
+  const bool whole = bytes % static_cast<std::int64_t>(x.element) == 0;
+  const std::int64_t off = whole ? bytes / static_cast<std::int64_t>(x.element) : bytes;
+  const std::int64_t unit = whole ? 1 : static_cast<std::int64_t>(x.element);
+  return concat(x_name, " spans ", whole ? "elements" : "bytes", " [0, ", x.span() * unit, ") and ", y_name,
+                " [", off, ", ", off + y.span() * unit, ") counted from ", x_name,
+                "'s first element; their rows interleave without sharing an element");
+}
+
+// Why the rows of one view are not disjoint: two rows that share memory, else (rows that interleave)
+// only that the strides do not nest.
+inline std::string rows_overlap_message(const std::string& name, const RowSet& s,
+                                        const std::string& geometry) {
+  SharedRows sh;
+  if (shared_rows(s, sh))
+    return concat(name, " rows overlap: row ", s.describe(sh.b), " starts at element ",
+                  s.element_at(sh.a, sh.at), " of row ", s.describe(sh.a), " (", geometry, ")");
+  return concat(name, " rows overlap or interleave (", geometry,
+                "): the rows of one axis must fit between those of the next (strides >= head_dim, nested)");
+}
+
 template <class T>
-std::string check_view(const char* name, const T* p, std::int64_t tokens, std::int64_t heads,
+std::string check_view(const std::string& name, const T* p, std::int64_t tokens, std::int64_t heads,
                        std::ptrdiff_t ts, std::ptrdiff_t hs, std::int64_t head_dim) {
   if (ts < 0 || hs < 0)
     return concat(name, " strides (token ", ts, ", head ", hs, ") must be >= 0");
@@ -78,8 +274,9 @@ std::string check_view(const char* name, const T* p, std::int64_t tokens, std::i
     return concat(name, " spans more than PTRDIFF_MAX bytes (", tokens, " tokens x token stride ", ts, ", ",
                   heads, " heads x head stride ", hs, ", head_dim ", head_dim, "): no buffer is that large");
   if (!rows_disjoint(tokens, heads, ts, hs, head_dim))
-    return concat(name, " rows overlap: token stride ", ts, ", head stride ", hs, ", head_dim ",
-                  head_dim, " (", tokens, " tokens x ", heads, " heads)");
+    return rows_overlap_message(name, RowSet(p, head_dim, {{"token", tokens, ts}, {"head", heads, hs}}),
+                                concat("token stride ", ts, ", head stride ", hs, ", head_dim ", head_dim,
+                                       "; ", tokens, " tokens x ", heads, " heads"));
   return {};
 }
 
@@ -93,45 +290,96 @@ template <class T>
 Extent out_extent(const StreamArgs<T>& s, std::int64_t tokens, std::int64_t head_dim) noexcept {
   return extent_of(s.out, tokens, s.heads, s.out_token_stride, s.out_head_stride, head_dim);
 }
-
-// One tensor: its views are sound, and input and output are the same view or disjoint.
 template <class T>
-std::string check_stream(const std::string& name, const StreamArgs<T>& s, std::int64_t tokens,
-                         std::int64_t head_dim) {
-  std::string m = check_view((name + "input").c_str(), s.in, tokens, s.heads, s.in_token_stride,
-                             s.in_head_stride, head_dim);
+RowSet in_rows(const StreamArgs<T>& s, std::int64_t tokens, std::int64_t head_dim) noexcept {
+  return RowSet(s.in, head_dim, {{"token", tokens, s.in_token_stride}, {"head", s.heads, s.in_head_stride}});
+}
+template <class T>
+RowSet out_rows(const StreamArgs<T>& s, std::int64_t tokens, std::int64_t head_dim) noexcept {
+  return RowSet(s.out, head_dim,
+                {{"token", tokens, s.out_token_stride}, {"head", s.heads, s.out_head_stride}});
+}
+
+template <class T>
+bool in_place(const StreamArgs<T>& s) noexcept {
+  return s.in == s.out && s.in_token_stride == s.out_token_stride && s.in_head_stride == s.out_head_stride;
+}
+
+// The names of a tensor's views in messages, after the caller's arguments: one view rotated in place
+// is `x` (or "q" / "k" of a fused call), else "input" and "output" ("q input", ...).
+struct ViewNames {
+  std::string in;
+  std::string out;
+  std::string prefix;  // "", "q " or "k "
+};
+inline ViewNames view_names(const std::string& tensor, bool same, const char* x_name) {
+  const std::string prefix = tensor.empty() ? "" : tensor + " ";
+  if (same) {
+    const std::string x = tensor.empty() ? std::string(x_name) : tensor;
+    return {x, x, prefix};
+  }
+  return {prefix + "input", prefix + "output", prefix};
+}
+
+// One tensor ("" alone, or "q" / "k" of a fused call): its views are sound, and input and output
+// are the same view or disjoint.
+template <class T>
+std::string check_stream(const std::string& tensor, const StreamArgs<T>& s, std::int64_t tokens,
+                         std::int64_t head_dim, const char* x_name) {
+  const bool same = in_place(s);
+  const ViewNames names = view_names(tensor, same, x_name);
+  std::string m = check_view(names.in, s.in, tokens, s.heads, s.in_token_stride, s.in_head_stride, head_dim);
+  if (!m.empty() || same) return m;
+  m = check_view(names.out, s.out, tokens, s.heads, s.out_token_stride, s.out_head_stride, head_dim);
   if (!m.empty()) return m;
-  m = check_view((name + "output").c_str(), s.out, tokens, s.heads, s.out_token_stride,
-                 s.out_head_stride, head_dim);
-  if (!m.empty()) return m;
-  const bool same = s.in == s.out && s.in_token_stride == s.out_token_stride &&
-                    s.in_head_stride == s.out_head_stride;
-  if (!same && overlap(in_extent(s, tokens, head_dim), out_extent(s, tokens, head_dim)))
-    return name + "input and " + name +
-           "output partially overlap: pass the same view (same pointer and strides) to rotate in "
-           "place, or disjoint views";
+  if (overlap(in_extent(s, tokens, head_dim), out_extent(s, tokens, head_dim)))
+    return concat(
+        names.in, " and ", names.out, " partially overlap: ",
+        where_views_meet(names.in, in_rows(s, tokens, head_dim), names.out, out_rows(s, tokens, head_dim)),
+        "; pass the same view (same pointer and strides) to rotate in place, or disjoint views");
   return {};
 }
 
-// Positions: one per token for arrays; each >= 0 (no int64 overflow for contiguous ones) and held
-// by the cache if there is one (cache-free calls compute any position). O(1) for contiguous
+// Where a cache does not hold `what` (a position described by the caller).
+template <class C>
+std::string outside_cache(const CosSinCache<C>& cache, const std::string& what) {
+  if (cache.is_range())
+    return concat(what, " is outside the cache [", cache.begin_position(), ", ", cache.end_position(), ")");
+  return concat(what, " is not one of the cache's ", cache.listed_positions().size(), " listed positions");
+}
+
+// An array of `name` must hold one value per token and not be null. "" for contiguous positions.
+inline std::string check_position_array(const Positions& p, std::int64_t tokens, const char* name) {
+  if (p.is_contiguous()) return {};
+  if (p.is_null() && p.count() > 0) return concat(name, " is null but holds ", p.count(), " values");
+  if (p.count() != tokens) return concat(name, " has ", p.count(), " values for ", tokens, " tokens");
+  return {};
+}
+
+// Positions: one per token for arrays (not null); each >= 0 (no int64 overflow for contiguous ones)
+// and held by the cache if there is one (cache-free calls compute any position). O(1) for contiguous
 // positions over a range cache, O(tokens) otherwise.
 template <class C>
 std::string check_positions(const Positions& p, std::int64_t tokens, const CosSinCache<C>* cache) {
-  if (!p.is_contiguous() && p.count() != tokens)
-    return concat("positions has ", p.count(), " values for ", tokens, " tokens");
-  if (tokens == 0) return {};
+  std::string m = check_position_array(p, tokens, "positions");
+  if (!m.empty() || tokens == 0) return m;
   if (p.is_contiguous()) {
     const std::int64_t first = p.start();
-    if (first < 0) return concat("position (", first, ") must be >= 0");
+    if (first < 0) return concat("positions start (", first, ") must be >= 0");
     if (first > std::numeric_limits<std::int64_t>::max() - (tokens - 1))
       return concat("positions start (", first, ") + ", tokens, " tokens overflows int64");
     if (cache == nullptr) return {};
+    const auto at = [first](std::int64_t t) {
+      return concat("position ", first + t, " (start ", first, " + token ", t, ")");
+    };
     if (cache->is_range()) {  // the two ends suffice
-      for (const std::int64_t pos : {first, first + tokens - 1})
-        if (!cache->contains(pos)) return cache->out_of_cache_message(pos);
+      for (const std::int64_t t : {std::int64_t{0}, tokens - 1})
+        if (!cache->contains(first + t)) return outside_cache(*cache, at(t));
       return {};
     }
+    for (std::int64_t t = 0; t < tokens; ++t)
+      if (!cache->contains(first + t)) return outside_cache(*cache, at(t));
+    return {};
   }
   for (std::int64_t t = 0; t < tokens; ++t) {
     const std::int64_t pos = p[t];
@@ -162,8 +410,41 @@ bool heads_apart(const T* a, std::int64_t a_heads, std::ptrdiff_t a_ts, std::ptr
   return rows_disjoint(tokens, gap + (a_first ? b_heads : a_heads), a_ts, a_hs, head_dim);
 }
 
+// The first of q's and k's views that share a row the call would write (a q output with a k view, or
+// a k output with q's input), and where; "" if none.
 template <class T>
-std::string check_call(const KernelArgs<T>& a) {
+std::string qk_clash(const KernelArgs<T>& a) {
+  struct V {
+    const T* p;
+    std::ptrdiff_t ts;
+    std::ptrdiff_t hs;
+    std::int64_t heads;
+    std::string name;
+  };
+  const ViewNames qn = view_names("q", in_place(a.q), "");
+  const ViewNames kn = view_names("k", in_place(a.k), "");
+  const V qi{a.q.in, a.q.in_token_stride, a.q.in_head_stride, a.q.heads, qn.in};
+  const V qo{a.q.out, a.q.out_token_stride, a.q.out_head_stride, a.q.heads, qn.out};
+  const V ki{a.k.in, a.k.in_token_stride, a.k.in_head_stride, a.k.heads, kn.in};
+  const V ko{a.k.out, a.k.out_token_stride, a.k.out_head_stride, a.k.heads, kn.out};
+  const std::pair<const V*, const V*> pairs[] = {{&qo, &ki}, {&qo, &ko}, {&ko, &qi}};
+  for (const auto& [x, y] : pairs) {
+    const Extent ex = extent_of(x->p, a.tokens, x->heads, x->ts, x->hs, a.head_dim);
+    const Extent ey = extent_of(y->p, a.tokens, y->heads, y->ts, y->hs, a.head_dim);
+    if (!overlap(ex, ey) ||
+        heads_apart<T>(x->p, x->heads, x->ts, x->hs, y->p, y->heads, y->ts, y->hs, a.tokens, a.head_dim))
+      continue;
+    const RowSet rx(x->p, a.head_dim, {{"token", a.tokens, x->ts}, {"head", x->heads, x->hs}});
+    const RowSet ry(y->p, a.head_dim, {{"token", a.tokens, y->ts}, {"head", y->heads, y->hs}});
+    return concat("q and k views overlap: ", where_views_meet(x->name, rx, y->name, ry),
+                  "; a q output may not share a row with k, nor a k output with q");
+  }
+  return {};
+}
+
+// x_name: what the caller calls a single tensor rotated in place ("x", "keys").
+template <class T>
+std::string check_call(const KernelArgs<T>& a, const char* x_name = "x") {
   if (a.cache == nullptr && a.rows == nullptr && a.generator == nullptr) return "no cos/sin cache";
   if (a.tokens < 0) return concat("tokens (", a.tokens, ") must be >= 0");
   if (a.q.heads < 1) return concat("heads (", a.q.heads, ") must be >= 1");
@@ -176,29 +457,14 @@ std::string check_call(const KernelArgs<T>& a) {
     return concat("rotary_dim (", a.rotary_dim, ") must be even, positive and <= head_dim (",
                   a.head_dim, ")");
   const bool fused = a.k.heads > 0;
-  std::string m = check_stream(fused ? "q " : "", a.q, a.tokens, a.head_dim);
+  std::string m = check_stream(fused ? "q" : "", a.q, a.tokens, a.head_dim, x_name);
   if (!m.empty()) return m;
   if (fused) {
-    m = check_stream("k ", a.k, a.tokens, a.head_dim);
+    m = check_stream("k", a.k, a.tokens, a.head_dim, x_name);
     if (!m.empty()) return m;
-    const Extent qi = in_extent(a.q, a.tokens, a.head_dim);
-    const Extent qo = out_extent(a.q, a.tokens, a.head_dim);
-    const Extent ki = in_extent(a.k, a.tokens, a.head_dim);
-    const Extent ko = out_extent(a.k, a.tokens, a.head_dim);
-    const auto apart = [&a](const T* x, const StreamArgs<T>& xs, bool x_out, const T* y,
-                            const StreamArgs<T>& ys, bool y_out) {
-      return heads_apart<T>(x, xs.heads, x_out ? xs.out_token_stride : xs.in_token_stride,
-                            x_out ? xs.out_head_stride : xs.in_head_stride, y, ys.heads,
-                            y_out ? ys.out_token_stride : ys.in_token_stride,
-                            y_out ? ys.out_head_stride : ys.in_head_stride, a.tokens, a.head_dim);
-    };
-    const bool clash = (overlap(qo, ki) && !apart(a.q.out, a.q, true, a.k.in, a.k, false)) ||
-                       (overlap(qo, ko) && !apart(a.q.out, a.q, true, a.k.out, a.k, true)) ||
-                       (overlap(ko, qi) && !apart(a.k.out, a.k, true, a.q.in, a.q, false));
-    if (clash)
-      return "q and k views overlap: a q output may not share a row with k, nor a k output with q";
+    m = qk_clash(a);
+    if (!m.empty()) return m;
   }
-
   return check_positions(a.positions, a.tokens, a.cache);
 }
 
