@@ -417,20 +417,22 @@ inline std::vector<std::int64_t> grid_positions(std::int64_t frames, std::int64_
   if (options.start < 0) throw error(concat("grid start (", options.start, ") must be >= 0"));
   const std::int64_t per_frame = rows * cols;
   const std::int64_t tokens = frames * per_frame;
-  std::vector<std::int64_t> v(static_cast<std::size_t>(axes * tokens));
-  std::int64_t* t_stream = axes == 3 ? v.data() : nullptr;
-  std::int64_t* h_stream = v.data() + (axes - 2) * tokens;
-  std::int64_t* w_stream = h_stream + tokens;
-  std::int64_t i = 0;
+  // Indices into v, not pointers to its streams: GCC 12 at -O3 turned the constant h-stream stores
+  // of a rows = 1 grid into a memset through a pointer it traced to a possibly empty vector and
+  // reported -Warray-bounds "out of the bounds [0, 0]" (a false positive that broke -Werror Release).
+  const auto n = static_cast<std::size_t>(tokens);
+  std::vector<std::int64_t> v(static_cast<std::size_t>(axes) * n);
+  const std::size_t h_first = static_cast<std::size_t>(axes - 2) * n;
+  std::size_t i = 0;
   for (std::int64_t f = 0; f < frames; ++f) {
     const auto tf = static_cast<std::int64_t>(static_cast<double>(f) * options.temporal_scale);
     for (std::int64_t br = 0; br < rows / m; ++br)
       for (std::int64_t bc = 0; bc < cols / m; ++bc)
         for (std::int64_t ir = 0; ir < m; ++ir)
           for (std::int64_t ic = 0; ic < m; ++ic, ++i) {
-            if (t_stream != nullptr) t_stream[i] = options.start + tf;
-            h_stream[i] = options.start + br * m + ir;
-            w_stream[i] = options.start + bc * m + ic;
+            if (axes == 3) v[i] = options.start + tf;
+            v[h_first + i] = options.start + br * m + ir;
+            v[h_first + n + i] = options.start + bc * m + ic;
           }
   }
   return v;

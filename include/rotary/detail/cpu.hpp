@@ -45,7 +45,8 @@ inline CpuFeatures detect_cpu_features() noexcept {
   unsigned b = 0;
   unsigned c = 0;
   unsigned d = 0;
-  const unsigned max_leaf = __get_cpuid_max(0, nullptr);
+  // unsigned in GCC's <cpuid.h>, int in clang's
+  const auto max_leaf = static_cast<unsigned>(__get_cpuid_max(0, nullptr));
   if (max_leaf < 1) return f;
   __cpuid(1, a, b, c, d);
   const bool osxsave = (c >> 27) & 1u;

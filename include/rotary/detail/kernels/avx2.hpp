@@ -284,8 +284,8 @@ ROTARY_TARGET_AVX2 void half_split_registers(const KernelArgs<typename S::T>& a,
   const V neg = S::sign(a.inverse);
   for (std::int64_t t = t0; t < t1; ++t) {
     const C* cs = a.cos_sin_row(t);
-    V c[K];
-    V s[K];
+    V c[std::size_t{K}];
+    V s[std::size_t{K}];
 #pragma GCC unroll 16
     for (int k = 0; k < K - 1; ++k) {
       c[k] = S::load(cs + k * L);
@@ -373,8 +373,8 @@ ROTARY_TARGET_AVX2 void interleaved_registers(const KernelArgs<typename S::T>& a
   const V neg = S::sign(a.inverse);
   for (std::int64_t t = t0; t < t1; ++t) {
     const C* cs = a.cos_sin_row(t);
-    V cd[K];
-    V sd[K];
+    V cd[std::size_t{K}];
+    V sd[std::size_t{K}];
 #pragma GCC unroll 16
     for (int k = 0; k < K - 1; ++k) {
       cd[k] = S::load_dup(cs + k * (L / 2));

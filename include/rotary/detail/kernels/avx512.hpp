@@ -222,8 +222,8 @@ struct BF16 : Narrow<bf16, BF16Convert> {
 // Only kernels compiled with ROTARY_TARGET_AVX512_BF16 (namespace bf16_hw) can use it.
 struct BF16Hw : BF16 {
   static ROTARY_AVX512_BF16_INLINE __m256i narrow(V v) noexcept {
-    // __m256bh -> __m256i: a same-size vector reinterpretation (GNU vector cast)
-    return (__m256i)_mm512_cvtneps_pbh(v);
+    // __m256bh -> __m256i: a same-size vector reinterpretation (GNU vector types allow it)
+    return reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v));
   }
   static ROTARY_AVX512_BF16_INLINE void store(T* p, V v) noexcept {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), narrow(v));
@@ -236,7 +236,8 @@ struct BF16Hw : BF16 {
   static ROTARY_AVX512_BF16_INLINE Raw pack(V lo, V hi) noexcept {
     const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22,
                                          6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-    return _mm512_maskz_permutexvar_epi16(static_cast<PMask>(0xFFFFFFFFu), idx, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+    return _mm512_maskz_permutexvar_epi16(static_cast<PMask>(0xFFFFFFFFu), idx,
+                                          reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
   }
 };
 #undef ROTARY_AVX512_BF16_INLINE

@@ -281,8 +281,8 @@ void rotate_registers(const KernelArgs<typename S::T>& a, std::int64_t t0, std::
   const auto neg = S::sign(a.inverse);
   for (std::int64_t t = t0; t < t1; ++t) {
     const C* cs = a.cos_sin_row(t);
-    V c[K];
-    V s[K];
+    V c[std::size_t{K}];
+    V s[std::size_t{K}];
 #pragma GCC unroll 16
     for (int k = 0; k < K; ++k) {
       c[k] = S::load_cs(cs + k * L);
