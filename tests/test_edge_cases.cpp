@@ -584,9 +584,9 @@ TEST(EdgeHuge, F32NearFltMax) {
 // A folded attention factor a > 1 scales c and s: the product x1 * s can overflow although the
 // rotated value is finite. rotary does not guard against it (documented); every ISA does the same.
 TEST(EdgeHuge, FoldedAttentionFactorCanOverflowTheProduct) {
-  rotary::Frequencies f = rotary::default_frequencies(2, 10000.0);
-  f.attention_factor = 1.5;
-  const rotary::Rope<float> rope(RotarySpec(2, Pairing::interleaved), rotary::CosSinCache<float>(f, 0, 8));
+  RotarySpec spec(2, Pairing::interleaved);
+  spec.frequencies.attention_factor = 1.5;
+  const rotary::Rope<float> rope(spec, 8);
   // Position 1: theta_0 = 1 rad, c = 1.5 cos 1 = 0.81, s = 1.5 sin 1 = 1.26.
   const float big = 0.9f * FLT_MAX;
   const Block b{1, 2, {1}};

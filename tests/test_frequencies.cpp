@@ -82,4 +82,24 @@ TEST(Frequencies, FinishAppliesFactorsThenVariantToScaledFrequencies) {
   EXPECT_EQ(f.attention_factor, 1.5);
 }
 
+// spec.frequencies replaces base^(-2j/d) (and the attention factor 1); factors and alpha/rho still
+// compose on top, exactly as finish_frequencies does for the same input.
+TEST(Frequencies, SpecFrequenciesReplaceTheDefaultAndStillFinish) {
+  RotarySpec spec(4);
+  spec.frequencies = rotary::Frequencies{{0.8, 0.4}, 1.5};
+  const auto own = rotary::compute_frequencies(spec);
+  EXPECT_EQ(own.theta, (std::vector<double>{0.8, 0.4}));
+  EXPECT_EQ(own.attention_factor, 1.5);
+  spec.freq_factors = {2.0, 2.0};
+  spec.receptive_field = rotary::ReceptiveField{0.5, 1.0};
+  const auto f = rotary::compute_frequencies(spec);
+  RotarySpec plain(4);
+  plain.freq_factors = spec.freq_factors;
+  plain.receptive_field = spec.receptive_field;
+  const auto g = rotary::finish_frequencies(plain, rotary::Frequencies{{0.8, 0.4}, 1.5});
+  EXPECT_TRUE(rotary_test::same_bits(f.theta, g.theta));
+  EXPECT_EQ(f.attention_factor, 1.5);
+  EXPECT_DOUBLE_EQ(f.theta[1], 0.5e-4 + 0.5 * 0.2);
+}
+
 }  // namespace

@@ -126,7 +126,9 @@ LD central(const F& f, LD v, LD h) {
 
 template <class T>
 RowMatrix<T> forward(const Problem& p, const Frequencies& f, Direction dir = Direction::forward) {
-  const Rope<T> rope(p.spec(), CosSinCache<rotary::compute_t<T>>::for_positions(f, p.positions));
+  RotarySpec spec = p.spec();
+  spec.frequencies = f;  // a Rope takes only its spec's frequencies
+  const Rope<T> rope(spec, CosSinCache<rotary::compute_t<T>>::for_positions(f, p.positions));
   const RowMatrix<T> xt = p.x.cast<T>();
   RowMatrix<T> y(xt.rows(), xt.cols());
   rotary::apply(rope, xt, y, Positions(p.positions), p.heads, dir);
@@ -281,10 +283,11 @@ TEST(InputGradient, IsTheTransposedRotation) {
   std::mt19937_64 rng(rotary_test::seed() + 4);
   for (const Pairing pairing : {Pairing::half_split, Pairing::interleaved}) {
     for (const Direction dir : {Direction::forward, Direction::inverse}) {
-      const RotarySpec spec(30, pairing, 10000.0, 24);
+      RotarySpec spec(30, pairing, 10000.0, 24);
       const std::vector<std::int64_t> pos = {0, 1, 999, 1 << 22};
       Frequencies f = rotary::default_frequencies(24, 10000.0);
       f.attention_factor = 1.1;
+      spec.frequencies = f;
       const Rope<double> rope(spec, CosSinCache<double>::for_positions(f, pos));
       const Problem p = make_problem(30, 24, pairing, 3, pos, rng);
       RowMatrix<double> dx(p.w.rows(), p.w.cols());

@@ -389,7 +389,7 @@ TEST(LinearAttention, Errors) {
                                       p0);
       },
       {"feature map of q", "head_dim (8)"});
-  rotary_test::expect_error([] { rotary::Rope<float> r(rotary::RotarySpec(7), 10); }, {"rotary_dim (7)"});
+  rotary_test::expect_error([] { rotary::Rope<float> r(rotary::RotarySpec(7), 10); }, {"head_dim (7) is odd"});
   // Feature maps that break the contract.
   const auto identity = [](const RowMatrix<float>& x) { return x; };
   RowMatrix<float> mixed = q;

@@ -533,10 +533,11 @@ TEST(MultiAxisModels, Qwen2VlVisionEncoder2D) {
   // HF Qwen2-VL vision: VisionRotaryEmbedding(head_dim / 2) (inv_freq base^(-2k/(head_dim/2))),
   // per patch [row * inv_freq, col * inv_freq], emb = cat(that, that), rotate_half over head_dim.
   const std::int64_t d = 80;  // Qwen2-VL vision head_dim (1280 / 16)
-  const rotary::RotarySpec spec(d, Pairing::half_split, 10000.0);
+  rotary::RotarySpec spec(d, Pairing::half_split, 10000.0);
   const AxisMap map = rotary::axial_axis_map(d, 2, rotary::AxialLayout::split);
+  spec.frequencies = rotary::axis_frequencies(map, 10000.0, AxisFrequencies::per_axis);
   for (const bool otf : {false, true}) {
-    const rotary::Frequencies f = rotary::axis_frequencies(map, 10000.0, AxisFrequencies::per_axis);
+    const rotary::Frequencies f = spec.frequencies;
     const MultiAxisRope<double> mrope = otf ? MultiAxisRope<double>(spec, f, map, rotary::OnTheFly{})
                                             : MultiAxisRope<double>(spec, f, map, 64);
     rotary::GridOptions o;
@@ -562,10 +563,10 @@ TEST(MultiAxisModels, Pixtral2D) {
   // mistral-inference precompute_freqs_cis_2d: freqs = base^(-2i/d); rows use freqs[::2], columns
   // freqs[1::2]; per patch [row angles | column angles]; complex multiply on (x[2j], x[2j+1]).
   const std::int64_t d = 64;
-  const rotary::RotarySpec spec(d, Pairing::interleaved, 10000.0);
+  rotary::RotarySpec spec(d, Pairing::interleaved, 10000.0);
   const AxisMap map = rotary::axial_axis_map(d, 2, rotary::AxialLayout::split);
-  const MultiAxisRope<double> mrope(spec, rotary::axis_frequencies(map, 10000.0, AxisFrequencies::strided),
-                                    map, 64);
+  spec.frequencies = rotary::axis_frequencies(map, 10000.0, AxisFrequencies::strided);
+  const MultiAxisRope<double> mrope(spec, map, 64);
   const std::vector<std::int64_t> g = rotary::grid_positions(1, 5, 7, 2);
   const auto ref = [&](const Eigen::VectorXd& x, const std::vector<std::int64_t>& pt) {
     Eigen::VectorXd y = x;
@@ -598,8 +599,9 @@ TEST(MultiAxisModels, Video3D) {
                                      rotary::mrope_axis_map(d, {16, 16, 16})};
   for (const AxisMap& map : maps)
     for (const bool otf : {false, true}) {
-      const rotary::RotarySpec spec(d, Pairing::half_split, 1e4);
+      rotary::RotarySpec spec(d, Pairing::half_split, 1e4);
       const rotary::Frequencies f = rotary::axis_frequencies(map, 1e4, AxisFrequencies::per_axis);
+      spec.frequencies = f;
       const MultiAxisRope<float> mrope = otf ? MultiAxisRope<float>(spec, f, map, rotary::OnTheFly{})
                                              : MultiAxisRope<float>(spec, f, map, 64);
       const RowMatrix<float> x = random_rows<float>(tokens * heads, d, rng);

@@ -89,6 +89,38 @@ TEST(OnTheFly, OutputsMatchCachedMode) {
   }
 }
 
+// A spec carrying a scaling rule's frequencies (YaRN: theta ramp and attention factor 1 + 0.1 ln 4):
+// the cache-free Rope uses them, not base^(-2j/d), and agrees with the table of the same spec.
+TEST(OnTheFly, ScaledSpecUsesItsFrequencies) {
+  rotary::RopeParameters p;
+  p.rope_type = "yarn";
+  p.factor = 4.0;
+  p.original_max_position_embeddings = 32768;
+  rotary::ScalingInput in;
+  in.head_dim = 64;
+  in.max_position_embeddings = 131072;
+  rotary::RotarySpec spec(64, Pairing::half_split, 1e6);
+  spec.frequencies = rotary::scaled_frequencies(p, in);
+  ASSERT_GT(spec.frequencies.attention_factor, 1.1);
+  const rotary::Rope<float> fly(spec, rotary::OnTheFly{});
+  EXPECT_TRUE(rotary_test::same_bits(fly.cache().theta(), spec.frequencies.theta));
+  EXPECT_EQ(fly.cache().attention_factor(), spec.frequencies.attention_factor);
+  std::vector<std::int64_t> pos;
+  for (std::int64_t k = 0; k < 40; ++k) pos.push_back(131000 + k);
+  const rotary::Rope<float> table(spec, rotary::CosSinCache<float>::for_positions(spec.frequencies, pos));
+  rotary::RowMatrix<float> x = rotary::RowMatrix<float>::Random(40 * 2, 64);
+  rotary::RowMatrix<float> a(x.rows(), 64);
+  rotary::RowMatrix<float> b(x.rows(), 64);
+  rotary::apply(table, x, a, Positions(pos), 2);
+  rotary::apply(fly, x, b, Positions(pos), 2);
+  // Rows within 1 ulp of each other (|cos|, |sin| <= a < 2): outputs within 2 * 2^-23 * 2.
+  EXPECT_LE((a - b).cwiseAbs().maxCoeff(), 4 * 0x1p-23f);
+  // Unscaled RoPE rotates visibly differently at these positions.
+  const rotary::Rope<float> plain(rotary::RotarySpec(64, Pairing::half_split, 1e6), rotary::OnTheFly{});
+  rotary::apply(plain, x, b, Positions(pos), 2);
+  EXPECT_GT((a - b).cwiseAbs().maxCoeff(), 0.1f);
+}
+
 TEST(OnTheFly, AnyPositionAcceptedNegativeRejected) {
   const rotary::Rope<float> fly(rotary::RotarySpec(8), rotary::OnTheFly{});
   rotary::RowMatrix<float> x = rotary::RowMatrix<float>::Random(2, 8);

@@ -24,7 +24,9 @@ using C = rotary::compute_t<T>;
 template <class T>
 Rope<T> rope_for(const RotarySpec& spec, const Frequencies& f, std::vector<std::int64_t> positions,
                  AttentionFactor factor = AttentionFactor::fold) {
-  return Rope<T>(spec, CosSinCache<C<T>>::for_positions(f, std::move(positions), factor));
+  RotarySpec with_f = spec;
+  with_f.frequencies = f;  // a Rope takes only its spec's frequencies
+  return Rope<T>(with_f, CosSinCache<C<T>>::for_positions(f, std::move(positions), factor));
 }
 
 Frequencies yarn(double s, std::int64_t d) {
@@ -301,8 +303,12 @@ TEST(RerotateExact, StridedThreadedAndOnTheFlyAgree) {
   const Frequencies b = dynamic(head_dim, 50000);
   std::vector<std::int64_t> m(static_cast<std::size_t>(tokens));
   for (std::int64_t t = 0; t < tokens; ++t) m[static_cast<std::size_t>(t)] = 1000 + 7 * t;
-  const Rope<float> from(spec, a, rotary::OnTheFly{});  // cache-free ropes carry their theta too
-  const Rope<float> to(spec, b, rotary::OnTheFly{});
+  RotarySpec spec_a = spec;
+  RotarySpec spec_b = spec;
+  spec_a.frequencies = a;
+  spec_b.frequencies = b;
+  const Rope<float> from(spec_a, rotary::OnTheFly{});  // cache-free ropes carry their theta too
+  const Rope<float> to(spec_b, rotary::OnTheFly{});
   const auto x = random_keys<float>(tokens * heads, head_dim, rng);
   rotary::RowMatrix<float> serial = x;
   rotary::rerotate_keys(from, to, serial, m, heads);

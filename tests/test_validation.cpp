@@ -472,8 +472,8 @@ TEST(ValidationConstruction, RopeCacheFrequencies) {
                {"rotary_dim (7) must be even"});
   expect_error(
       [] { rotary::Rope<float>(RotarySpec(8), rotary::default_frequencies(4, 1e4), rotary::OnTheFly{}); },
-      {"cache rotary_dim (4) != spec rotary_dim (8)"});
-  expect_error([] { rotary::Rope<double>(RotarySpec(8), -1); }, {"cache end position (-1)"});
+      {"frequencies rotary_dim (4) != spec rotary_dim (8)"});
+  expect_error([] { rotary::Rope<double>(RotarySpec(8), -1); }, {"max_position (-1) must be >= 0"});
   expect_error([] { rotary::Frequencies().validate(); }, {"theta is empty"});
   expect_error([] { rotary::CosSinCache<float>(rotary::Frequencies{}, 4); }, {"theta is empty"});
   expect_error([] { rotary::CosSinCache<double>::for_positions(rotary::Frequencies{}, {1}); },

@@ -453,6 +453,7 @@ inline ResolvedRope resolve(const HfConfig& config, const ResolveOptions& option
   r.input.seq_len = options.seq_len;
   validate(p, r.input);
   r.freqs = scaled_frequencies(p, r.input, options.quirks);
+  r.spec.frequencies = r.freqs;  // so Rope<T>(r.spec, n) and everything built from the spec keep the scaling
   r.mrope_section = p.mrope_section;
   r.mrope_interleaved = p.mrope_interleaved.value_or(false);
   if (detail::hf_is_deepseek(model_type) && p.rope_type != "default" && p.factor && p.mscale_all_dim &&

@@ -512,7 +512,8 @@ class MultiAxisRope {
   // The spec's own frequencies, a table for positions [0, max_position) of every axis.
   MultiAxisRope(const RotarySpec& spec, AxisMap map, std::int64_t max_position)
       : MultiAxisRope(Rope<T>(spec, max_position), std::move(map)) {}
-  // Given frequencies (e.g. axis_frequencies), a table for positions [0, max_position).
+  // The spec's frequencies given explicitly (checked against compute_frequencies(spec), like Rope's):
+  // custom ones such as axis_frequencies go in spec.frequencies first.
   MultiAxisRope(const RotarySpec& spec, const Frequencies& f, AxisMap map, std::int64_t max_position)
       : MultiAxisRope(Rope<T>(spec, cache_type(f, 0, max_position)), std::move(map)) {}
   // Cache-free: exact cos/sin per call, any position.

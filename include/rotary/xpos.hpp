@@ -101,8 +101,9 @@ class XPos {
   explicit XPos(const RotarySpec& spec, double gamma = kDefaultGamma, double scale_base = kDefaultScaleBase)
       : XPos(spec, compute_frequencies(spec), gamma, scale_base) {}
 
-  // xPos over given (e.g. scaled) frequencies; their attention factor a is folded into the rows like a
-  // Rope's cache does (forward maps multiply by a, inverse ones divide by it).
+  // xPos over the spec's frequencies given explicitly: they must be compute_frequencies(spec) bit for
+  // bit (scaled or custom ones go in spec.frequencies). Their attention factor a is folded into the
+  // rows like a Rope's cache does (forward maps multiply by a, inverse ones divide by it).
   XPos(const RotarySpec& spec, const Frequencies& f, double gamma = kDefaultGamma,
        double scale_base = kDefaultScaleBase)
       : spec_(spec), freq_(f), gamma_(gamma), scale_base_(scale_base) {
@@ -112,6 +113,7 @@ class XPos {
     if (freq_.rotary_dim() != spec_.effective_rotary_dim())
       throw error(concat("frequencies cover rotary_dim ", freq_.rotary_dim(), " but the spec says ",
                          spec_.effective_rotary_dim()));
+    detail::check_frequencies_match(spec_, freq_.theta, freq_.attention_factor, "frequencies");
     if (!(gamma > 0.0) || !detail::finite(gamma))
       throw error(concat("xpos gamma (", gamma,
                          ") must be positive and finite (zeta_0 = gamma/(1+gamma) "

@@ -359,10 +359,11 @@ struct ChunkedFor {
 // ---- frequencies --------------------------------------------------------------------------------
 
 // A scaling rule from the input: rope type and every parameter, mostly in the ranges real configs
-// use, sometimes absent. Returns the scaled, finished frequencies (per-pair factors and alpha/rho
-// from `spec`), or the defaults when the drawn parameters are invalid (which must be a rotary::error).
+// use, sometimes absent. Stores them in spec.frequencies and returns the finished frequencies
+// (per-pair factors and alpha/rho from `spec`); the defaults when the drawn parameters are invalid
+// (which must be a rotary::error).
 // The attention factor is kept in [0.1, 4] so that rotated values stay far from overflow.
-inline rotary::Frequencies fuzz_frequencies(Source& in, const rotary::RotarySpec& spec, std::string* rule) {
+inline rotary::Frequencies fuzz_frequencies(Source& in, rotary::RotarySpec& spec, std::string* rule) {
   static const char* const types[] = {"default", "linear",   "dynamic", "ntk",
                                       "yarn",    "longrope", "llama3",  "proportional"};
   rotary::RopeParameters p;
@@ -411,7 +412,8 @@ inline rotary::Frequencies fuzz_frequencies(Source& in, const rotary::RotarySpec
     *rule = "default (" + p.rope_type + " rejected)";
   }
   if (!(f.attention_factor >= 0.1 && f.attention_factor <= 4.0)) f.attention_factor = 1.0;
-  return rotary::finish_frequencies(spec, f);
+  spec.frequencies = f;  // a Rope takes only its spec's frequencies
+  return rotary::compute_frequencies(spec);
 }
 
 // A spec from the input: pairing, head_dim (odd ones too: their last coordinate passes through),
