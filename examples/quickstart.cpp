@@ -12,7 +12,8 @@ static int run() {
   const std::int64_t heads = 4;
   const std::int64_t head_dim = 128;
 
-  // Llama-style RoPE: half-split pairs, base 500000, a cache for positions [0, 4096).
+  // Plain RoPE (no rope_scaling, as Llama-3-8B): half-split pairs, base 500000, a cache for positions
+  // [0, 4096). A model with scaling (Llama 3.1: llama3) comes from its config: examples/llama31.cpp.
   const rotary::Rope<float> rope(rotary::RotarySpec(head_dim, rotary::Pairing::half_split, 500000.0), 4096);
 
   // q and k as an engine holds them: [tokens, heads, head_dim], row-major, viewed as
