@@ -4,7 +4,10 @@
 # (NEON kernels included) run under qemu-aarch64, then the threaded tests under ThreadSanitizer
 # (preset tsan) and each libFuzzer harness for ROTARY_FUZZ_SECONDS (default here 30) under ASan +
 # UBSan (preset fuzz), and last static analysis (tests/lint.sh: clang-tidy and cppcheck, both must be
-# clean). Installs missing Debian packages first; prints each stage's wall time.
+# clean). The gcc and clang presets build everything at -O3 (assertions on) and rebuild the core tests
+# under six value-unsafe flag sets (tests/flags); tests/build_types.sh compiles the strict consumer
+# under every CMake build type with both compilers. Installs missing Debian packages first; prints
+# each stage's wall time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash cmake/deps.sh tests cross fuzz lint
@@ -15,6 +18,10 @@ for preset in gcc clang sanitize aarch64 tsan fuzz; do
   cmake --workflow --preset "$preset"
   echo "=== rotary: workflow preset '$preset' passed in $((SECONDS - start)) s ==="
 done
+echo "=== rotary: every CMake build type, both compilers (tests/build_types.sh) ==="
+start=$SECONDS
+bash tests/build_types.sh
+echo "=== rotary: build types passed in $((SECONDS - start)) s ==="
 echo "=== rotary: static analysis (tests/lint.sh) ==="
 start=$SECONDS
 bash tests/lint.sh
