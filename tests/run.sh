@@ -4,7 +4,8 @@
 # (NEON kernels included) run under qemu-aarch64, then the threaded tests under ThreadSanitizer
 # (preset tsan) and each libFuzzer harness for ROTARY_FUZZ_SECONDS (default here 30) under ASan +
 # UBSan (preset fuzz), and last static analysis (tests/lint.sh: clang-tidy and cppcheck, both must be
-# clean). The gcc and clang presets build everything at -O3 (assertions on) and rebuild the core tests
+# clean). The gcc preset builds everything at -O3 -DNDEBUG (CMake's Release flags), clang at -O2 with
+# assertions; both rebuild the core tests
 # under six value-unsafe flag sets (tests/flags); tests/build_types.sh compiles the strict consumer
 # under every CMake build type with both compilers. Installs missing Debian packages first; prints
 # each stage's wall time.
