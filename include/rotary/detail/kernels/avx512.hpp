@@ -156,7 +156,9 @@ struct BF16Convert {
     const __m512i x = _mm512_mask_and_epi32(u, tiny, u, _mm512_set1_epi32(static_cast<int>(0x80000000u)));
     const __m512i lsb = _mm512_and_si512(_mm512_maskz_srli_epi32(F32::all, x, 16), _mm512_set1_epi32(1));
     const __m512i r = _mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)), lsb);
-    const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    // NaN from the bits (|u| > inf as int32), not cmp_ps(v, v, UNORD): -ffinite-math-only folds that to false.
+    const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                                  _mm512_set1_epi32(0x7f800000));
     return _mm512_mask_or_epi32(r, nan, u, _mm512_set1_epi32(0x00400000));
   }
 };
