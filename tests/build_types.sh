@@ -7,6 +7,7 @@
 # examples, benchmark) is built at -O3 by the gcc and clang presets and at -O1 by sanitize.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+mkdir -p build/types
 for cxx in g++ clang++; do
   for bt in Debug Release RelWithDebInfo MinSizeRel; do
     dir="build/types/${cxx}-${bt}"
