@@ -25,5 +25,8 @@ endif()
 install(FILES "${PROJECT_BINARY_DIR}/rotaryConfig.cmake" "${PROJECT_BINARY_DIR}/rotaryConfigVersion.cmake"
         DESTINATION "${ROTARY_CMAKE_DIR}")
 install(FILES LICENSE README.md DESTINATION "${CMAKE_INSTALL_DATADIR}/doc/rotary" OPTIONAL)
+if(EXISTS "${PROJECT_SOURCE_DIR}/docs")  # the pages README.md links to
+  install(DIRECTORY docs DESTINATION "${CMAKE_INSTALL_DATADIR}/doc/rotary")
+endif()
 
 export(EXPORT rotaryTargets NAMESPACE rotary:: FILE "${PROJECT_BINARY_DIR}/rotaryTargets.cmake")
