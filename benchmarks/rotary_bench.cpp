@@ -463,6 +463,28 @@ Runner prepare_eigen_expr(const Case<T>& c) {
 template <class T>
 constexpr bool kX86Impls = std::is_same_v<T, float> || std::is_same_v<T, double> || ROTARY_BENCH_X86_HALF != 0;
 
+// The kernel of kIsaTable's row I for T (the registry's), named as the ISA: scalar is the reference
+// the others must equal bit for bit; a row this build has no kernel for (or, see kX86Impls, does not
+// benchmark) is left out; runs_on asks the CPU.
+template <class T, std::size_t I>
+void add_isa_impl(std::vector<Impl<T>>& t) {
+  constexpr rotary::IsaInfo row = rotary::kIsaTable[I];
+  constexpr rotary::detail::Kernel<T> kernel = rotary::detail::kernel_for<T>(row.isa);
+  constexpr bool x86 = row.isa == rotary::Isa::avx2 || row.isa == rotary::Isa::avx512;
+  if constexpr (kernel != nullptr && (!x86 || kX86Impls<T>)) {
+    const bool scalar = row.isa == rotary::Isa::scalar;
+    bool (*runs_on)(const Shape&) = nullptr;
+    if (!scalar) runs_on = [](const Shape&) { return rotary::kIsaTable[I].runs(); };
+    t.push_back({row.name.data(), &prepare_kernel<T, kernel>, scalar ? Expect::reference : Expect::bit_exact,
+                 Shapes::plain, runs_on});
+  }
+}
+
+template <class T, std::size_t... I>
+void add_isa_impls(std::vector<Impl<T>>& t, std::index_sequence<I...>) {
+  (add_isa_impl<T, I>(t), ...);
+}
+
 // Every implementation benchmarked for dtype T, in the order the tables list them. runs_on also
 // guards the startup check, so an ISA this CPU lacks is neither checked nor run.
 template <class T>
@@ -473,20 +495,7 @@ std::vector<Impl<T>> make_impls() {
     t.push_back({"matrix", &prepare_matrix<T>, Expect::close, Shapes::plain, &matrix_fits<T>});
     t.push_back({"eigen_expr", &prepare_eigen_expr<T>, Expect::close, Shapes::plain, nullptr});
   }
-  t.push_back({"scalar", &prepare_kernel<T, &rotary::detail::scalar::rotate_tokens<T>>, Expect::reference,
-               Shapes::plain, nullptr});
-#if ROTARY_X86_KERNELS
-  if constexpr (kX86Impls<T>) {
-    t.push_back({"avx2", &prepare_kernel<T, &rotary::detail::avx2::rotate_tokens<T>>, Expect::bit_exact,
-                 Shapes::plain, [](const Shape&) { return rotary::isa_supported(rotary::Isa::avx2); }});
-    t.push_back({"avx512", &prepare_kernel<T, &rotary::detail::avx512::rotate_tokens<T>>, Expect::bit_exact,
-                 Shapes::plain, [](const Shape&) { return rotary::isa_supported(rotary::Isa::avx512); }});
-  }
-#endif
-#if defined(ROTARY_NEON_KERNELS) && ROTARY_NEON_KERNELS
-  t.push_back({"neon", &prepare_kernel<T, &rotary::detail::neon::rotate_tokens<T>>, Expect::bit_exact,
-               Shapes::plain, [](const Shape&) { return rotary::isa_supported(rotary::Isa::neon); }});
-#endif
+  add_isa_impls<T>(t, std::make_index_sequence<rotary::kIsaCount>{});
   t.push_back({"dispatch", &prepare_dispatch<T>, Expect::bit_exact, Shapes::any, nullptr});
   t.push_back({"onthefly", &prepare_onthefly<T>, Expect::close, Shapes::plain, nullptr});
   t.push_back({"dispatch_qk", &prepare_dispatch_qk<T>, Expect::bit_exact, Shapes::fused, nullptr});

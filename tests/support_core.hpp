@@ -99,8 +99,7 @@ bool is_nan(T x) {
 inline const std::vector<rotary::Isa>& supported_isas() {
   static const std::vector<rotary::Isa> v = [] {
     std::vector<rotary::Isa> r;
-    for (const rotary::Isa isa :
-         {rotary::Isa::scalar, rotary::Isa::avx2, rotary::Isa::avx512, rotary::Isa::neon})
+    for (const rotary::Isa isa : rotary::all_isas())
       if (rotary::isa_supported(isa)) r.push_back(isa);
     return r;
   }();

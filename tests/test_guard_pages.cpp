@@ -99,7 +99,7 @@ void PrintTo(const GuardCase& c, std::ostream* os) { *os << case_name(c); }
 
 std::vector<GuardCase> all_cases() {
   std::vector<GuardCase> v;
-  for (const Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::neon})
+  for (const Isa isa : rotary::all_isas())
     for (const DType d : {DType::f32, DType::f64, DType::f16, DType::bf16})
       for (const Flush f : {Flush::end, Flush::begin}) v.push_back({isa, d, f});
   return v;

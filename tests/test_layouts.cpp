@@ -426,7 +426,7 @@ TEST(Layouts, EveryIsaSameBits) {
   const std::vector<rotary::bf16> x = rotary_test::random_vector<rotary::bf16>(static_cast<std::size_t>(2 * 9 * 3 * 70), rng);
   for (Layout layout : {Layout::bshd, Layout::bhsd}) {
     std::vector<rotary::bf16> first;
-    for (rotary::Isa isa : {rotary::Isa::scalar, rotary::Isa::avx2, rotary::Isa::avx512, rotary::Isa::neon}) {
+    for (rotary::Isa isa : rotary::all_isas()) {
       if (!rotary::isa_supported(isa)) continue;
       const rotary_test::IsaScope scope(isa);
       std::vector<rotary::bf16> y = x;

@@ -800,8 +800,7 @@ TEST(MultiAxisKernels, EveryIsaGivesTheSameBits) {
   for (auto& v : planar) v = static_cast<std::int64_t>(rng() % 3000);
   const RowMatrix<float> x = random_rows<float>(tokens * 5, 130, rng);
   RowMatrix<float> reference;
-  for (const rotary::Isa isa :
-       {rotary::Isa::scalar, rotary::Isa::avx2, rotary::Isa::avx512, rotary::Isa::neon}) {
+  for (const rotary::Isa isa : rotary::all_isas()) {
     if (!rotary::isa_supported(isa)) continue;
     const rotary_test::IsaScope scope(isa);
     RowMatrix<float> y(x.rows(), x.cols());

@@ -48,25 +48,14 @@ using rotary_test::is_nan;
 using rotary_test::IsaScope;
 using rotary_test::to_bits;
 
-constexpr Isa kAllIsas[] = {Isa::scalar, Isa::avx2, Isa::avx512, Isa::neon};
+// Every ISA of the registry (dispatch.hpp's kIsaTable), supported here or not.
+const auto kAllIsas = rotary::all_isas();
 
 // ---- kernels under test -------------------------------------------------------------------------
 
-template <class T>
-using Kernel = void (*)(const KernelArgs<T>&, std::int64_t, std::int64_t);
-
-template <class T>
-Kernel<T> kernel_for(Isa isa) {
-#if ROTARY_X86_KERNELS
-  if (isa == Isa::avx2) return &rotary::detail::avx2::rotate_tokens<T>;
-  if (isa == Isa::avx512) return &rotary::detail::avx512::rotate_tokens<T>;
-#endif
-#if ROTARY_NEON_KERNELS
-  if (isa == Isa::neon) return &rotary::detail::neon::rotate_tokens<T>;
-#endif
-  if (isa == Isa::scalar) return &rotary::detail::scalar::rotate_tokens<T>;
-  return nullptr;
-}
+// The kernels come from the registry (detail/kernels/registry.hpp), as dispatch takes them.
+using rotary::detail::Kernel;
+using rotary::detail::kernel_for;
 
 // ---- parameters ---------------------------------------------------------------------------------
 
@@ -90,7 +79,8 @@ void PrintTo(const SimdCase& c, std::ostream* os) { *os << case_name(c); }
 
 std::vector<SimdCase> all_cases() {
   std::vector<SimdCase> v;
-  for (const Isa isa : {Isa::avx2, Isa::avx512, Isa::neon})
+  for (const Isa isa : kAllIsas)
+    if (isa != Isa::scalar)
     for (const DType dt : {DType::f32, DType::f64, DType::f16, DType::bf16})
       for (const Pairing p : {Pairing::half_split, Pairing::interleaved})
         for (const Direction d : {Direction::forward, Direction::inverse})
@@ -366,24 +356,6 @@ std::string check_shape(const SimdCase& c, Kernel<T> kernel, const Shape& s, std
 
 class SimdVsScalar : public ::testing::TestWithParam<SimdCase> {};
 
-#if ROTARY_X86_KERNELS
-// The avx512 bf16 kernels in both roundings, explicitly: rotate_tokens<bf16> runs the vcvtneps2bf16
-// one on CPUs with AVX512_BF16 and the integer one elsewhere.
-template <class S>
-void sweep_avx512_bf16(const SimdCase& c, S sweep_with) {
-  sweep_with(&rotary::detail::avx512::rotate_tokens_bf16_integer, " (integer rounding)");
-#if ROTARY_AVX512_BF16_KERNELS
-  if (rotary::detail::avx512::bf16_hardware_rounding())
-    sweep_with(&rotary::detail::avx512::rotate_tokens_bf16_hardware, " (vcvtneps2bf16)");
-  else
-    std::printf("[          ] %s: this CPU has no AVX512_BF16, vcvtneps2bf16 rounding not run\n",
-                case_name(c).c_str());
-#else
-  std::printf("[          ] %s: this compiler has no avx512bf16 target\n", case_name(c).c_str());
-#endif
-}
-#endif
-
 template <class T>
 // `kernel` overrides kernel_for(c.isa) (e.g. one of the two avx512 bf16 roundings), named `variant`.
 void sweep(const SimdCase& c, Kernel<T> kernel = nullptr, const std::string& variant = "") {
@@ -426,16 +398,18 @@ TEST_P(SimdVsScalar, BitExact) {
     GTEST_SKIP() << "ISA " << rotary::to_string(c.isa) << " is not supported on this CPU/build";
   rotary_test::with_dtype(c.dtype, [&c](auto tag) {
     using T = typename decltype(tag)::type;
-#if ROTARY_X86_KERNELS
-    if constexpr (std::is_same_v<T, rotary::bf16>) {
-      if (c.isa == Isa::avx512) {
-        sweep_avx512_bf16(
-            c, [&c](Kernel<rotary::bf16> k, const char* variant) { sweep<rotary::bf16>(c, k, variant); });
-        return;
-      }
+    // An ISA with named variants for T (the registry's: avx512 bf16 in each rounding) runs each of
+    // them explicitly; the dispatched kernel is one of them.
+    bool variants = false;
+    for (const auto& v : rotary::detail::kernel_variants<T>()) {
+      if (v.isa != c.isa || v.name == rotary::to_string(c.isa)) continue;
+      variants = true;
+      if (v.runs)
+        sweep<T>(c, v.kernel, " (" + v.name + ")");
+      else
+        std::printf("[          ] %s: %s does not run on this CPU or build\n", case_name(c).c_str(), v.name.c_str());
     }
-#endif
-    sweep<T>(c);
+    if (!variants) sweep<T>(c);
   });
 }
 
@@ -483,21 +457,17 @@ void guard_page_sweep(Isa isa, Kernel<T> kernel = nullptr) {
 }
 
 TEST(SimdGuardPages, RowsEndAtAGuardPage) {
+  // every SIMD kernel of the registry that runs here, named variants included
   int ran = 0;
-  for (const Isa isa : {Isa::avx2, Isa::avx512, Isa::neon}) {
-    if (!rotary::isa_supported(isa)) continue;
-    guard_page_sweep<float>(isa);
-    guard_page_sweep<double>(isa);
-    guard_page_sweep<rotary::f16>(isa);
-    guard_page_sweep<rotary::bf16>(isa);
-#if ROTARY_X86_KERNELS
-    if (isa == Isa::avx512)  // the other bf16 rounding than rotate_tokens<bf16> picks, if there is one
-      guard_page_sweep<rotary::bf16>(isa, rotary::detail::avx512::bf16_hardware_rounding()
-                                              ? &rotary::detail::avx512::rotate_tokens_bf16_integer
-                                              : nullptr);
-#endif
-    ++ran;
-  }
+  for (const DType dt : {DType::f32, DType::f64, DType::f16, DType::bf16})
+    rotary_test::with_dtype(dt, [&ran](auto tag) {
+      using T = typename decltype(tag)::type;
+      for (const auto& v : rotary::detail::kernel_variants<T>()) {
+        if (v.isa == Isa::scalar || !v.runs) continue;
+        guard_page_sweep<T>(v.isa, v.kernel);
+        ++ran;
+      }
+    });
   if (ran == 0) GTEST_SKIP() << "no SIMD ISA (avx2, avx512, neon) is supported on this CPU/build";
 }
 #endif
@@ -604,17 +574,11 @@ void check_rounding_all_isas() {
   std::vector<T> got;
   int ran = 0;
   const std::string dtype(rotary::dtype_name<T>());
-  for (const Isa isa : {Isa::avx2, Isa::avx512, Isa::neon}) {
-    if (!rotary::isa_supported(isa)) continue;
-    check_rounding<T>(dtype + "." + std::string(rotary::to_string(isa)), kernel_for<T>(isa), probes, got);
+  for (const auto& v : rotary::detail::kernel_variants<T>()) {
+    if (v.isa == Isa::scalar || !v.runs) continue;
+    check_rounding<T>(dtype + "." + v.name, v.kernel, probes, got);
     ++ran;
   }
-#if ROTARY_X86_KERNELS
-  if constexpr (std::is_same_v<T, rotary::bf16>)
-    if (rotary::isa_supported(Isa::avx512))
-      check_rounding<T>("bf16.avx512 (integer rounding)", &rotary::detail::avx512::rotate_tokens_bf16_integer,
-                        probes, got);
-#endif
   if (ran == 0) GTEST_SKIP() << "no SIMD ISA is supported on this CPU/build";
 }
 
@@ -641,7 +605,7 @@ TEST(SimdRounding, Bf16HardwareMatchesIntegerRounding) {
     ASSERT_EQ(to_bits(hw[k]), to_bits(integer[k])) << "output " << k;
   // The entry point picks the hardware rounding here.
   const std::vector<rotary::bf16> entry =
-      round_through<rotary::bf16>(&rotary::detail::avx512::rotate_tokens<rotary::bf16>, probes);
+      round_through<rotary::bf16>(kernel_for<rotary::bf16>(Isa::avx512), probes);
   EXPECT_EQ(0, std::memcmp(entry.data(), hw.data(), hw.size() * sizeof(rotary::bf16)));
 #else
   GTEST_SKIP() << "this compiler has no avx512bf16 target";

@@ -34,9 +34,7 @@
 #include "detail/checks.hpp"
 #include "detail/kernel_args.hpp"
 #include "detail/convert.hpp"
-#include "detail/kernels/avx2.hpp"
-#include "detail/kernels/avx512.hpp"
-#include "detail/kernels/neon.hpp"
+#include "detail/kernels/registry.hpp"
 #include "detail/kernels/scalar.hpp"
 #include "dispatch.hpp"
 #include "dtype.hpp"
@@ -136,24 +134,12 @@ inline std::string eigen_layout(Eigen::Index rows, Eigen::Index cols, Eigen::Ind
   return {};
 }
 
-template <class T>
-using Kernel = void (*)(const KernelArgs<T>&, std::int64_t, std::int64_t);
-
-// The kernel for this call, chosen once from active_isa(). Every kernel gives the same bits, so
-// the choice changes speed only.
+// The kernel for this call, chosen once from active_isa() (which validates ROTARY_MAX_ISA even
+// where only scalar exists). Every kernel gives the same bits, so the choice changes speed only.
 template <class T>
 Kernel<T> select_kernel() {
-  const Isa isa = active_isa();  // validates ROTARY_MAX_ISA even where only scalar exists
-#if ROTARY_X86_KERNELS
-  // f32, f64, f16 and bf16 (avx512 bf16 picks vcvtneps2bf16 or integer rounding inside, per call)
-  if (isa == Isa::avx512) return &avx512::rotate_tokens<T>;
-  if (isa == Isa::avx2) return &avx2::rotate_tokens<T>;
-#endif
-#if ROTARY_NEON_KERNELS
-  if (isa == Isa::neon) return &neon::rotate_tokens<T>;  // f32, f64, f16 and bf16
-#endif
-  (void)isa;
-  return &scalar::rotate_tokens<T>;
+  const Kernel<T> k = kernel_for<T>(active_isa());
+  return k != nullptr ? k : &scalar::rotate_tokens<T>;
 }
 
 // Tokens [t0, t1) of a call, in an order that walks memory the way it is laid out. Kernels go

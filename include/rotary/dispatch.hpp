@@ -17,10 +17,13 @@
 #ifndef ROTARY_DISPATCH_HPP
 #define ROTARY_DISPATCH_HPP
 
+#include <array>
 #include <atomic>
+#include <cstddef>
 #include <cstdlib>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "config.hpp"
 #include "detail/cpu.hpp"
@@ -30,68 +33,93 @@ namespace rotary {
 
 enum class Isa { scalar, avx2, avx512, neon };
 
-constexpr std::string_view to_string(Isa isa) noexcept {
-  switch (isa) {
-    case Isa::avx2:
-      return "avx2";
-    case Isa::avx512:
-      return "avx512";
-    case Isa::neon:
-      return "neon";
-    default:
-      return "scalar";
-  }
+// The one table of ISAs. Dispatch, ROTARY_MAX_ISA, set_max_isa(), the kernel registry
+// (detail/kernels/registry.hpp), every ISA sweep in the tests and the benchmark's kernel list read
+// it; adding an ISA is one row here, one lane-op header and one row in the kernel registry.
+struct IsaInfo {
+  Isa isa;
+  std::string_view name;   // as ROTARY_MAX_ISA and to_string() spell it
+  std::string_view needs;  // what the CPU and build must have
+  bool (*runs)() noexcept;  // this build has the kernels and this CPU (and OS) can run them
+};
+
+namespace detail {
+inline bool runs_scalar() noexcept { return true; }
+inline bool runs_avx2() noexcept { return ROTARY_X86_KERNELS && cpu_features().avx2_set(); }
+inline bool runs_avx512() noexcept { return ROTARY_X86_KERNELS && cpu_features().avx512_set(); }
+inline bool runs_neon() noexcept { return ROTARY_NEON_KERNELS != 0; }  // AdvSIMD: every AArch64 CPU has it
+}  // namespace detail
+
+// In order of preference, worst first: best_isa() is the last supported row.
+inline constexpr IsaInfo kIsaTable[] = {
+    {Isa::scalar, "scalar", "nothing", &detail::runs_scalar},
+    {Isa::avx2, "avx2", "AVX2+FMA+F16C", &detail::runs_avx2},
+    {Isa::avx512, "avx512", "AVX-512 F+VL+BW+DQ", &detail::runs_avx512},
+    {Isa::neon, "neon", "an AArch64 build with NEON kernels", &detail::runs_neon},
+};
+inline constexpr std::size_t kIsaCount = sizeof(kIsaTable) / sizeof(kIsaTable[0]);
+
+constexpr const IsaInfo& isa_info(Isa isa) noexcept {
+  for (const IsaInfo& row : kIsaTable)
+    if (row.isa == isa) return row;
+  return kIsaTable[0];
 }
 
-inline Isa parse_isa(std::string_view name) {
-  for (const Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::neon})
-    if (name == to_string(isa)) return isa;
-  throw error("isa (\"" + std::string(name) + "\") must be \"scalar\", \"avx2\", \"avx512\" or \"neon\"");
+constexpr std::string_view to_string(Isa isa) noexcept { return isa_info(isa).name; }
+
+// Every ISA rotary knows, whether or not this build or CPU runs it (tests skip those it cannot).
+inline constexpr std::array<Isa, kIsaCount> all_isas() noexcept {
+  std::array<Isa, kIsaCount> out{};
+  for (std::size_t i = 0; i < kIsaCount; ++i) out[i] = kIsaTable[i].isa;
+  return out;
 }
 
 // True if this build has kernels for `isa` and this CPU (and OS) can run them.
-inline bool isa_supported(Isa isa) noexcept {
-  switch (isa) {
-    case Isa::scalar:
-      return true;
-    case Isa::avx2:
-      return ROTARY_X86_KERNELS && detail::cpu_features().avx2_set();
-    case Isa::avx512:
-      return ROTARY_X86_KERNELS && detail::cpu_features().avx512_set();
-    case Isa::neon:
-      return ROTARY_NEON_KERNELS != 0;  // AdvSIMD: every AArch64 CPU has it
-    default:
-      return false;
-  }
+inline bool isa_supported(Isa isa) noexcept { return isa_info(isa).runs(); }
+
+// The ISAs this build and CPU run, in the table's order.
+inline std::vector<Isa> supported_isas() {
+  std::vector<Isa> out;
+  for (const IsaInfo& row : kIsaTable)
+    if (row.runs()) out.push_back(row.isa);
+  return out;
 }
 
 // The fastest supported ISA.
 inline Isa best_isa() noexcept {
-  if (isa_supported(Isa::neon)) return Isa::neon;
-  if (isa_supported(Isa::avx512)) return Isa::avx512;
-  if (isa_supported(Isa::avx2)) return Isa::avx2;
-  return Isa::scalar;
+  Isa best = Isa::scalar;
+  for (const IsaInfo& row : kIsaTable)
+    if (row.runs()) best = row.isa;
+  return best;
+}
+
+namespace detail {
+
+// "\"scalar\", \"avx2\", \"avx512\" or \"neon\"" (quoted) / "scalar, avx2, avx512 or neon".
+inline std::string isa_names(bool quoted) {
+  std::string out;
+  for (std::size_t i = 0; i < kIsaCount; ++i) {
+    if (i > 0) out += i + 1 == kIsaCount ? " or " : ", ";
+    if (quoted) out += '"';
+    out += kIsaTable[i].name;
+    if (quoted) out += '"';
+  }
+  return out;
+}
+
+}  // namespace detail
+
+inline Isa parse_isa(std::string_view name) {
+  for (const IsaInfo& row : kIsaTable)
+    if (name == row.name) return row.isa;
+  throw error("isa (\"" + std::string(name) + "\") must be " + detail::isa_names(true));
 }
 
 namespace detail {
 
 inline std::string unsupported_isa_message(Isa isa) {
-  std::string what;
-  switch (isa) {
-    case Isa::avx2:
-      what = "AVX2+FMA+F16C";
-      break;
-    case Isa::avx512:
-      what = "AVX-512 F+VL+BW+DQ";
-      break;
-    case Isa::neon:
-      what = "an AArch64 build with NEON kernels";
-      break;
-    default:
-      break;
-  }
-  return std::string(to_string(isa)) + " is not supported by this CPU or build (needs " + what +
-         "); best supported is " + std::string(to_string(best_isa()));
+  return std::string(to_string(isa)) + " is not supported by this CPU or build (needs " +
+         std::string(isa_info(isa).needs) + "); best supported is " + std::string(to_string(best_isa()));
 }
 
 // The ISA named by ROTARY_MAX_ISA, or best_isa() if it is unset or empty. Throws on a bad value.
@@ -102,8 +130,8 @@ inline Isa isa_from_environment() {
   try {
     isa = parse_isa(value);
   } catch (const error&) {
-    throw error("environment variable ROTARY_MAX_ISA (\"" + std::string(value) +
-                "\") must be scalar, avx2, avx512 or neon");
+    throw error("environment variable ROTARY_MAX_ISA (\"" + std::string(value) + "\") must be " +
+                isa_names(false));
   }
   if (!isa_supported(isa))
     throw error("environment variable ROTARY_MAX_ISA (\"" + std::string(value) +

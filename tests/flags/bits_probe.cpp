@@ -139,7 +139,7 @@ void frequencies() {
 int main(int argc, char** argv) {
   try {
     frequencies();
-    for (const rotary::Isa isa : {rotary::Isa::scalar, rotary::Isa::avx2, rotary::Isa::avx512, rotary::Isa::neon}) {
+    for (const rotary::Isa isa : rotary::all_isas()) {
       if (!rotary::isa_supported(isa)) continue;
       rotary::set_max_isa(isa);
       const std::string name(rotary::to_string(isa));

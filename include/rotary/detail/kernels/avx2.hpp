@@ -1,10 +1,9 @@
 // AVX2 (+FMA, F16C) kernels: f32, f16 and bf16 in 8 lanes, f64 in 4. Bit-identical to
 // kernels/scalar.hpp.
 //
-// Same math and structure as kernels/avx512.hpp (read its header comment), with 16 ymm registers:
-// a token's cos/sin stays in registers while it fits in K <= kMaxRegs = 4 vectors per stream
-// (8 registers; f32: half_split rotary_dim <= 64, interleaved <= 32); longer rows are streamed one
-// vector at a time with cos/sin reloaded per head from the L1-resident cache row.
+// This file holds the lane operations only; the kernels are simd_body.hpp's, with 16 ymm registers:
+// a token's cos/sin stays in registers while it fits in kMaxRegs = 4 vectors per stream (8
+// registers; f32: half_split rotary_dim <= 64, interleaved <= 32), no blocked order.
 // Tails: vmaskmov loads/stores on every stream (x, y, cos, sin), so nothing outside the rows or the
 // cache row is touched. A last vector that happens to be full is stored with a plain store
 // (vmaskmov stores are slow on AMD cores).
@@ -24,7 +23,9 @@
 #include <cstring>
 #include <type_traits>
 
+#include "../convert.hpp"
 #include "../kernel_args.hpp"
+#include "scalar.hpp"
 
 #if ROTARY_X86_KERNELS
 #include <immintrin.h>
@@ -42,6 +43,9 @@ struct F32 {
   using Mask = __m256i;
   using HalfMask = __m128i;
   static constexpr int L = 8;
+  static constexpr bool kMasked = true;
+  static constexpr bool kInterleavedPairs = false;  // interleaved rows: duplicated cos/sin, fmaddsub
+  static constexpr bool packed_pairs = false;
 
   static ROTARY_AVX2_INLINE Mask mask(int n) noexcept {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
@@ -79,6 +83,9 @@ struct F64 {
   using Mask = __m256i;
   using HalfMask = __m128i;
   static constexpr int L = 4;
+  static constexpr bool kMasked = true;
+  static constexpr bool kInterleavedPairs = false;
+  static constexpr bool packed_pairs = false;
 
   static ROTARY_AVX2_INLINE Mask mask(int n) noexcept {
     return _mm256_cmpgt_epi64(_mm256_set1_epi64x(n), _mm256_setr_epi64x(0, 1, 2, 3));
@@ -221,263 +228,23 @@ ROTARY_AVX2_INLINE void copy_u16(const void* in, void* out, std::int64_t n) noex
   if (rest & 1) std::memcpy(dst + (n - 1), src + (n - 1), sizeof(std::uint16_t));
 }
 
-// Rows whose cos (or sin) stream fits in this many vectors keep a token's cos/sin in registers:
-// 2*4 of the 16 ymm registers.
+// Rows whose cos/sin fit in kMaxRegs cos + kMaxRegs sin vectors keep them in registers: 2*4 of the
+// 16 ymm registers. No blocked order (kBlockHalfBytes 0).
 inline constexpr int kMaxRegs = 4;
-
-// Pass-through coordinates [rotary_dim, head_dim) when out of place: copied inline, because a call
-// (memcpy) would spill the register-resident cos/sin of the token around it.
-// f16/bf16 go through copy_u16, so a signalling NaN or a bf16 subnormal is copied as is.
-template <class S>
-ROTARY_AVX2_INLINE void copy_pass_through(const typename S::T* in, typename S::T* out,
-                                          std::int64_t n) noexcept {
-  if constexpr (sizeof(typename S::T) == 2) {
-    copy_u16(in, out, n);
-  } else {
-    std::int64_t j = 0;
-    for (; j + S::L <= n; j += S::L) S::store(out + j, S::load(in + j));
-    if (j < n) {
-      const auto m = S::mask(static_cast<int>(n - j));
-      S::store(out + j, m, S::load(in + j, m));
-    }
-  }
-}
-
-// ---- half_split -------------------------------------------------------------------------------
-
-template <class S>
-ROTARY_AVX2_INLINE void half_split_step(const typename S::T* in, typename S::T* out, std::int64_t h,
-                                        typename S::V c, typename S::V s) noexcept {
-  using V = typename S::V;
-  const V x0 = S::load(in);
-  const V x1 = S::load(in + h);
-  const V y0 = S::fmsub(x0, c, S::mul(x1, s));
-  const V y1 = S::fmadd(x1, c, S::mul(x0, s));
-  S::store(out, y0);
-  S::store(out + h, y1);
-}
-
-template <class S>
-ROTARY_AVX2_INLINE void half_split_step(const typename S::T* in, typename S::T* out, std::int64_t h,
-                                        typename S::V c, typename S::V s, typename S::Mask m) noexcept {
-  using V = typename S::V;
-  const V x0 = S::load(in, m);
-  const V x1 = S::load(in + h, m);
-  const V y0 = S::fmsub(x0, c, S::mul(x1, s));
-  const V y1 = S::fmadd(x1, c, S::mul(x0, s));
-  S::store(out, m, y0);
-  S::store(out + h, m, y1);
-}
-
-// h pairs in exactly K vectors per half, the last one holding `last` in [1, L] pairs.
-template <class S, int K>
-ROTARY_TARGET_AVX2 void half_split_registers(const KernelArgs<typename S::T>& a, std::int64_t t0,
-                                             std::int64_t t1) noexcept {
-  using T = typename S::T;
-  using C = typename S::C;
-  using V = typename S::V;
-  constexpr int L = S::L;
-  const Rows<T> rows(a);
-  const std::int64_t heads = a.total_heads();
-  const std::int64_t h = a.rotary_dim / 2;
-  const std::int64_t pass = a.head_dim - a.rotary_dim;
-  const int last = static_cast<int>(h - static_cast<std::int64_t>(K - 1) * L);
-  const auto m = S::mask(last);
-  const V neg = S::sign(a.inverse);
-  for (std::int64_t t = t0; t < t1; ++t) {
-    const C* cs = a.cos_sin_row(t);
-    V c[std::size_t{K}];
-    V s[std::size_t{K}];
-#pragma GCC unroll 16
-    for (int k = 0; k < K - 1; ++k) {
-      c[k] = S::load(cs + k * L);
-      s[k] = S::flip(S::load(cs + h + k * L), neg);
-    }
-    c[K - 1] = S::load(cs + (K - 1) * L, m);
-    s[K - 1] = S::flip(S::load(cs + h + (K - 1) * L, m), neg);
-    for (std::int64_t head = 0; head < heads; ++head) {
-      const T* in = rows.in_row(t, head);
-      T* out = rows.out_row(t, head);
-#pragma GCC unroll 16
-      for (int k = 0; k < K - 1; ++k) half_split_step<S>(in + k * L, out + k * L, h, c[k], s[k]);
-      if (last == L)
-        half_split_step<S>(in + (K - 1) * L, out + (K - 1) * L, h, c[K - 1], s[K - 1]);
-      else
-        half_split_step<S>(in + (K - 1) * L, out + (K - 1) * L, h, c[K - 1], s[K - 1], m);
-      if (pass > 0 && in != out) copy_pass_through<S>(in + 2 * h, out + 2 * h, pass);
-    }
-  }
-}
-
-// Any h: one vector at a time, cos/sin reloaded per head from the (L1-resident) cache row.
-template <class S>
-ROTARY_TARGET_AVX2 void half_split_stream(const KernelArgs<typename S::T>& a, std::int64_t t0,
-                                          std::int64_t t1) noexcept {
-  using T = typename S::T;
-  using C = typename S::C;
-  using V = typename S::V;
-  constexpr int L = S::L;
-  const Rows<T> rows(a);
-  const std::int64_t heads = a.total_heads();
-  const std::int64_t h = a.rotary_dim / 2;
-  const std::int64_t pass = a.head_dim - a.rotary_dim;
-  const std::int64_t full = h - h % L;
-  const auto m = S::mask(static_cast<int>(h % L));
-  const V neg = S::sign(a.inverse);
-  for (std::int64_t t = t0; t < t1; ++t) {
-    const C* cs = a.cos_sin_row(t);
-    for (std::int64_t head = 0; head < heads; ++head) {
-      const T* in = rows.in_row(t, head);
-      T* out = rows.out_row(t, head);
-      for (std::int64_t j = 0; j < full; j += L)
-        half_split_step<S>(in + j, out + j, h, S::load(cs + j), S::flip(S::load(cs + h + j), neg));
-      if (full < h)
-        half_split_step<S>(in + full, out + full, h, S::load(cs + full, m),
-                           S::flip(S::load(cs + h + full, m), neg), m);
-      if (pass > 0 && in != out) copy_pass_through<S>(in + 2 * h, out + 2 * h, pass);
-    }
-  }
-}
-
-// ---- interleaved ------------------------------------------------------------------------------
-
-template <class S>
-ROTARY_AVX2_INLINE void interleaved_step(const typename S::T* in, typename S::T* out, typename S::V cd,
-                                         typename S::V sd) noexcept {
-  const typename S::V x = S::load(in);
-  S::store(out, S::fmaddsub(x, cd, S::mul(S::swap_pairs(x), sd)));
-}
-
-template <class S>
-ROTARY_AVX2_INLINE void interleaved_step(const typename S::T* in, typename S::T* out, typename S::V cd,
-                                         typename S::V sd, typename S::Mask m) noexcept {
-  const typename S::V x = S::load(in, m);
-  S::store(out, m, S::fmaddsub(x, cd, S::mul(S::swap_pairs(x), sd)));
-}
-
-// rotary_dim elements in exactly K vectors, the last one holding `last` (even, in [2, L]); vector k
-// uses cos/sin [k*L/2, (k+1)*L/2).
-template <class S, int K>
-ROTARY_TARGET_AVX2 void interleaved_registers(const KernelArgs<typename S::T>& a, std::int64_t t0,
-                                              std::int64_t t1) noexcept {
-  using T = typename S::T;
-  using C = typename S::C;
-  using V = typename S::V;
-  constexpr int L = S::L;
-  const Rows<T> rows(a);
-  const std::int64_t heads = a.total_heads();
-  const std::int64_t d = a.rotary_dim;
-  const std::int64_t h = d / 2;
-  const std::int64_t pass = a.head_dim - d;
-  const int last = static_cast<int>(d - static_cast<std::int64_t>(K - 1) * L);
-  const auto m = S::mask(last);
-  const auto hm = S::half_mask(last / 2);
-  const V neg = S::sign(a.inverse);
-  for (std::int64_t t = t0; t < t1; ++t) {
-    const C* cs = a.cos_sin_row(t);
-    V cd[std::size_t{K}];
-    V sd[std::size_t{K}];
-#pragma GCC unroll 16
-    for (int k = 0; k < K - 1; ++k) {
-      cd[k] = S::load_dup(cs + k * (L / 2));
-      sd[k] = S::flip(S::load_dup(cs + h + k * (L / 2)), neg);
-    }
-    cd[K - 1] = S::load_dup(cs + (K - 1) * (L / 2), hm);
-    sd[K - 1] = S::flip(S::load_dup(cs + h + (K - 1) * (L / 2), hm), neg);
-    for (std::int64_t head = 0; head < heads; ++head) {
-      const T* in = rows.in_row(t, head);
-      T* out = rows.out_row(t, head);
-#pragma GCC unroll 16
-      for (int k = 0; k < K - 1; ++k) interleaved_step<S>(in + k * L, out + k * L, cd[k], sd[k]);
-      if (last == L)
-        interleaved_step<S>(in + (K - 1) * L, out + (K - 1) * L, cd[K - 1], sd[K - 1]);
-      else
-        interleaved_step<S>(in + (K - 1) * L, out + (K - 1) * L, cd[K - 1], sd[K - 1], m);
-      if (pass > 0 && in != out) copy_pass_through<S>(in + d, out + d, pass);
-    }
-  }
-}
-
-// Any rotary_dim: one vector at a time, cos/sin reloaded and duplicated per head.
-template <class S>
-ROTARY_TARGET_AVX2 void interleaved_stream(const KernelArgs<typename S::T>& a, std::int64_t t0,
-                                           std::int64_t t1) noexcept {
-  using T = typename S::T;
-  using C = typename S::C;
-  using V = typename S::V;
-  constexpr int L = S::L;
-  const Rows<T> rows(a);
-  const std::int64_t heads = a.total_heads();
-  const std::int64_t d = a.rotary_dim;
-  const std::int64_t h = d / 2;
-  const std::int64_t pass = a.head_dim - d;
-  const std::int64_t full = d - d % L;
-  const int rest = static_cast<int>(d % L);  // even
-  const auto m = S::mask(rest);
-  const auto hm = S::half_mask(rest / 2);
-  const V neg = S::sign(a.inverse);
-  for (std::int64_t t = t0; t < t1; ++t) {
-    const C* cs = a.cos_sin_row(t);
-    for (std::int64_t head = 0; head < heads; ++head) {
-      const T* in = rows.in_row(t, head);
-      T* out = rows.out_row(t, head);
-      for (std::int64_t j = 0; j < full; j += L)
-        interleaved_step<S>(in + j, out + j, S::load_dup(cs + j / 2),
-                            S::flip(S::load_dup(cs + h + j / 2), neg));
-      if (full < d)
-        interleaved_step<S>(in + full, out + full, S::load_dup(cs + full / 2, hm),
-                            S::flip(S::load_dup(cs + h + full / 2, hm), neg), m);
-      if (pass > 0 && in != out) copy_pass_through<S>(in + d, out + d, pass);
-    }
-  }
-}
-
-// ---- entry --------------------------------------------------------------------------------------
-
-// The kernel for rows of `vectors` vectors per stream: the K-register variant, or past kMaxRegs the
-// streaming one.
-template <class S, int K = 1>
-void select_kernel(const KernelArgs<typename S::T>& a, std::int64_t vectors, std::int64_t t0,
-                   std::int64_t t1) noexcept {
-  if constexpr (K > kMaxRegs) {
-    if (a.pairing == Pairing::half_split)
-      half_split_stream<S>(a, t0, t1);
-    else
-      interleaved_stream<S>(a, t0, t1);
-  } else if (vectors == K) {
-    if (a.pairing == Pairing::half_split)
-      half_split_registers<S, K>(a, t0, t1);
-    else
-      interleaved_registers<S, K>(a, t0, t1);
-  } else {
-    select_kernel<S, K + 1>(a, vectors, t0, t1);
-  }
-}
-
-template <class S>
-void rotate_tokens_impl(const KernelArgs<typename S::T>& a, std::int64_t t0, std::int64_t t1) noexcept {
-  // Vectors per stream: half_split streams hold rotary_dim/2 values, interleaved ones rotary_dim.
-  const std::int64_t n = a.pairing == Pairing::half_split ? a.rotary_dim / 2 : a.rotary_dim;
-  select_kernel<S>(a, (n + S::L - 1) / S::L, t0, t1);
-}
-
-// Tokens [t0, t1) of a call; same contract as scalar::rotate_tokens. Only call it on a CPU with
-// the avx2 feature set (isa_supported(Isa::avx2)).
-template <class T>
-void rotate_tokens(const KernelArgs<T>& a, std::int64_t t0, std::int64_t t1) noexcept {
-  static_assert(is_storage_type_v<T>, "f32, f64, f16 or bf16");
-  if constexpr (std::is_same_v<T, float>) {
-    rotate_tokens_impl<F32>(a, t0, t1);
-  } else if constexpr (std::is_same_v<T, double>) {
-    rotate_tokens_impl<F64>(a, t0, t1);
-  } else if constexpr (std::is_same_v<T, f16>) {
-    rotate_tokens_impl<F16>(a, t0, t1);
-  } else {
-    rotate_tokens_impl<BF16>(a, t0, t1);
-  }
-}
+inline constexpr std::int64_t kBlockHalfBytes = 0;
+inline constexpr int kBlock = 1;
 
 }  // namespace rotary::detail::avx2
+
+#define ROTARY_DETAIL_KERNELS_SIMD_BODY_ALLOWED
+#define ROTARY_KERNEL_TARGET ROTARY_TARGET_AVX2
+#define ROTARY_KERNEL_INLINE ROTARY_AVX2_INLINE
+namespace rotary::detail::avx2 {
+#include "simd_body.hpp"
+}  // namespace rotary::detail::avx2
+#undef ROTARY_KERNEL_TARGET
+#undef ROTARY_KERNEL_INLINE
+#undef ROTARY_DETAIL_KERNELS_SIMD_BODY_ALLOWED
 
 #undef ROTARY_AVX2_INLINE
 

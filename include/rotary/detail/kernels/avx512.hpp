@@ -1,18 +1,9 @@
 // AVX-512 (F+VL+BW+DQ) kernels: f32, f16 and bf16 in 16 lanes, f64 in 8. Bit-identical to
 // kernels/scalar.hpp.
 //
-// Math, per pair (x0, x1) with cos c and sign-adjusted sin s (s negated once per token for the
-// inverse, which is exact):
-//   half_split   x0 = row[j..], x1 = row[h+j..]:  y0 = fmsub(x0, c, x1*s), y1 = fmadd(x1, c, x0*s)
-//                a complex multiply on the split halves, no shuffles.
-//   interleaved  x = [x0, x1, ...], cd = [c0, c0, c1, c1, ...], sd = [s0, s0, s1, s1, ...]:
-//                y = fmaddsub(x, cd, swap_pairs(x) * sd)
-//                even lane: x0*c - round(x1*s);  odd lane: x1*c + round(x0*s)
-//                which is the scalar fma(x0, c, -(x1*s)) / fma(x1, c, x0*s) exactly.
-// Structure: per token, load its cos/sin row once; if it fits in K <= kMaxRegs vectors per stream,
-// keep it in registers (interleaved: already duplicated and sign-adjusted) and sweep all heads of the
-// token. Longer rows are streamed in chunks of one vector: per head and chunk, cos/sin are reloaded
-// from the cache row (in L1 after the first head).
+// This file holds the lane operations only: the kernels (math, register-resident and streamed
+// cos/sin, blocking, tails, pass-through) are simd_body.hpp's, instantiated here twice: for the
+// avx512 target, and (namespace bf16_hw) for the avx512 set plus avx512bf16.
 // Tails: the last vector of every stream (x, y, cos, sin) uses masked loads/stores, so nothing
 // outside the rows or the cache row is read or written. Pass-through coordinates are copied inline.
 // f16/bf16 storage (F16, BF16, BF16Hw): 16 stored values per vector, widened exactly to f32 on load
@@ -20,8 +11,7 @@
 // rounded once on store by convert.hpp's rules: f16 vcvtps2ph with round-to-nearest-even; bf16 either
 // vcvtneps2bf16 (AVX512_BF16, namespace bf16_hw) or the same rounding in integer ops. 16-bit tails
 // use the AVX512BW masked forms; pass-through bits are moved, not converted.
-// The kernel bodies are in avx512_kernels.inc, compiled once per target region: the avx512 set, and
-// (for BF16Hw) the avx512 set plus avx512bf16. rotate_tokens<bf16> picks one per call at run time.
+// rotate_tokens<bf16> picks the BF16Hw instance per call at run time where the CPU has AVX512_BF16.
 #ifndef ROTARY_DETAIL_KERNELS_AVX512_HPP
 #define ROTARY_DETAIL_KERNELS_AVX512_HPP
 
@@ -29,10 +19,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
+#include "../convert.hpp"
 #include "../cpu.hpp"
 #include "../kernel_args.hpp"
+#include "scalar.hpp"
 
 #if ROTARY_X86_KERNELS
 #include <immintrin.h>
@@ -51,7 +44,9 @@ struct F32 {
   using HalfMask = __mmask8;
   static constexpr int L = 16;
   static constexpr Mask all = 0xFFFF;
-  static constexpr bool packed_pairs = false;  // see BF16
+  static constexpr bool packed_pairs = false;
+  static constexpr bool kMasked = true;
+  static constexpr bool kInterleavedPairs = false;  // interleaved rows: duplicated cos/sin, fmaddsub  // see BF16
 
   static ROTARY_AVX512_INLINE Mask mask(int n) noexcept { return static_cast<Mask>((1u << n) - 1u); }
   static ROTARY_AVX512_INLINE HalfMask half_mask(int n) noexcept {
@@ -92,6 +87,8 @@ struct F64 {
   static constexpr int L = 8;
   static constexpr Mask all = 0xFF;
   static constexpr bool packed_pairs = false;
+  static constexpr bool kMasked = true;
+  static constexpr bool kInterleavedPairs = false;  // interleaved rows: duplicated cos/sin, fmaddsub
 
   static ROTARY_AVX512_INLINE Mask mask(int n) noexcept { return static_cast<Mask>((1u << n) - 1u); }
   static ROTARY_AVX512_INLINE HalfMask half_mask(int n) noexcept {
@@ -189,7 +186,7 @@ using F16 = Narrow<f16, F16Convert>;
 // Packed pairs (packed_pairs = true): 32 stored values per zmm, element 2i in the low and 2i+1 in the
 // high half of 32-bit lane i. Widening is then a shift or a mask (no shuffle): even(u) = u << 16,
 // odd(u) = u & 0xffff0000, both exact; pack(lo, hi) rounds each f32 lane once and puts lo's bf16 back
-// in the low, hi's in the high half. The kernels *_packed in avx512_kernels.inc compute on these
+// in the low, hi's in the high half. The pair policies of simd_body.hpp compute on these
 // de-interleaved lanes (interleaved: even = x0, odd = x1 with cos/sin used as loaded, no duplication
 // and no swap; half_split: cos/sin de-interleaved once per token).
 struct BF16 : Narrow<bf16, BF16Convert> {
@@ -214,6 +211,28 @@ struct BF16 : Narrow<bf16, BF16Convert> {
     return _mm512_or_si512(_mm512_maskz_srli_epi32(F32::all, BF16Convert::round_bits(lo), 16),
                            _mm512_and_si512(BF16Convert::round_bits(hi),
                                             _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+  }  // The pair policies' view (simd_body.hpp): 16 pairs of stored values <-> x0 = even, x1 = odd.
+  static ROTARY_AVX512_INLINE void load2(const T* p, V& x0, V& x1) noexcept {
+    const Raw u = load_raw(p);
+    x0 = even(u);
+    x1 = odd(u);
+  }
+  static ROTARY_AVX512_INLINE void load2(const T* p, PMask m, V& x0, V& x1) noexcept {
+    const Raw u = load_raw(p, m);
+    x0 = even(u);
+    x1 = odd(u);
+  }
+  static ROTARY_AVX512_INLINE void store2(T* p, V y0, V y1) noexcept { store_raw(p, pack(y0, y1)); }
+  static ROTARY_AVX512_INLINE void store2(T* p, PMask m, V y0, V y1) noexcept { store_raw(p, m, pack(y0, y1)); }
+  // 32 f32 cos (or sin) values at p (the first n < 32 of them, nothing past them read) -> the even-
+  // and the odd-indexed ones.
+  static ROTARY_AVX512_INLINE void load2(const C* p, int n, V& ev, V& od) noexcept {
+    const V lo = n >= 16 ? load(p) : load(p, mask(n > 0 ? n : 1));
+    const V hi = n >= 32 ? load(p + 16) : (n > 16 ? load(p + 16, mask(n - 16)) : sign(false));
+    const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i io = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    ev = _mm512_permutex2var_ps(lo, ie, hi);
+    od = _mm512_permutex2var_ps(lo, io, hi);
   }
 };
 
@@ -240,6 +259,9 @@ struct BF16Hw : BF16 {
                                          6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
     return _mm512_maskz_permutexvar_epi16(static_cast<PMask>(0xFFFFFFFFu), idx,
                                           reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
+  }  static ROTARY_AVX512_BF16_INLINE void store2(T* p, V y0, V y1) noexcept { store_raw(p, pack(y0, y1)); }
+  static ROTARY_AVX512_BF16_INLINE void store2(T* p, PMask m, V y0, V y1) noexcept {
+    store_raw(p, m, pack(y0, y1));
   }
 };
 #undef ROTARY_AVX512_BF16_INLINE
@@ -257,37 +279,46 @@ ROTARY_AVX512_INLINE void copy_u16(const void* in, void* out, std::int64_t n) no
   }
 }
 
-// Rows whose cos (or sin) stream fits in this many vectors keep a token's cos/sin in registers:
-// 2*8 of the 32 zmm registers. f32: half_split rotary_dim <= 256, interleaved <= 128.
+// Rows whose cos/sin fit in kMaxRegs cos + kMaxRegs sin vectors keep them in registers: 2*8 of the
+// 32 zmm registers. f32: half_split rotary_dim <= 256, interleaved <= 128.
 inline constexpr int kMaxRegs = 8;
+// Half rows of at least this many bytes take the blocked load/store order, kBlock vectors at a time
+// (simd_body.hpp, HalfSplit::block).
+inline constexpr std::int64_t kBlockHalfBytes = 512;
+inline constexpr int kBlock = 4;
 
 }  // namespace rotary::detail::avx512
 
 // ---- kernels ------------------------------------------------------------------------------------
 
-#define ROTARY_AVX512_KERNEL_TARGET ROTARY_TARGET_AVX512
-#define ROTARY_AVX512_KERNEL_INLINE ROTARY_ALWAYS_INLINE ROTARY_TARGET_AVX512
+#define ROTARY_DETAIL_KERNELS_SIMD_BODY_ALLOWED
+#define ROTARY_KERNEL_TARGET ROTARY_TARGET_AVX512
+#define ROTARY_KERNEL_INLINE ROTARY_ALWAYS_INLINE ROTARY_TARGET_AVX512
 namespace rotary::detail::avx512 {
-#include "avx512_kernels.inc"
+#include "simd_body.hpp"
 }  // namespace rotary::detail::avx512
-#undef ROTARY_AVX512_KERNEL_TARGET
-#undef ROTARY_AVX512_KERNEL_INLINE
+#undef ROTARY_KERNEL_TARGET
+#undef ROTARY_KERNEL_INLINE
 
+// The same body again for BF16Hw's lane ops, whose vcvtneps2bf16 needs the avx512bf16 target on
+// every function that inlines them.
 #if ROTARY_AVX512_BF16_KERNELS
-#define ROTARY_AVX512_KERNEL_TARGET ROTARY_TARGET_AVX512_BF16
-#define ROTARY_AVX512_KERNEL_INLINE ROTARY_ALWAYS_INLINE ROTARY_TARGET_AVX512_BF16
+#define ROTARY_KERNEL_TARGET ROTARY_TARGET_AVX512_BF16
+#define ROTARY_KERNEL_INLINE ROTARY_ALWAYS_INLINE ROTARY_TARGET_AVX512_BF16
+// (Its rotate_tokens<T> is never used: only rotate_tokens_impl<BF16Hw>.)
 namespace rotary::detail::avx512::bf16_hw {
-#include "avx512_kernels.inc"
+#include "simd_body.hpp"
 }  // namespace rotary::detail::avx512::bf16_hw
-#undef ROTARY_AVX512_KERNEL_TARGET
-#undef ROTARY_AVX512_KERNEL_INLINE
+#undef ROTARY_KERNEL_TARGET
+#undef ROTARY_KERNEL_INLINE
 #endif
+#undef ROTARY_DETAIL_KERNELS_SIMD_BODY_ALLOWED
 
 namespace rotary::detail::avx512 {
 
-// bf16 with the integer rounding: runs on every CPU with the avx512 set.
+// bf16 with the integer rounding (what rotate_tokens<bf16> runs): every CPU with the avx512 set.
 inline void rotate_tokens_bf16_integer(const KernelArgs<bf16>& a, std::int64_t t0, std::int64_t t1) noexcept {
-  rotate_tokens_impl<BF16>(a, t0, t1);
+  rotate_tokens<bf16>(a, t0, t1);
 }
 
 #if ROTARY_AVX512_BF16_KERNELS
@@ -298,31 +329,22 @@ inline void rotate_tokens_bf16_hardware(const KernelArgs<bf16>& a, std::int64_t 
 }
 #endif
 
-// True if rotate_tokens<bf16> uses vcvtneps2bf16 on this CPU (both variants give the same bits).
+// True if rotate_tokens_bf16 uses vcvtneps2bf16 on this CPU (both variants give the same bits).
 inline bool bf16_hardware_rounding() noexcept {
   return ROTARY_AVX512_BF16_KERNELS && cpu_features().avx512bf16;
 }
 
-// Tokens [t0, t1) of a call; same contract as scalar::rotate_tokens. Only call it on a CPU with
-// the avx512 feature set (isa_supported(Isa::avx512)).
-template <class T>
-void rotate_tokens(const KernelArgs<T>& a, std::int64_t t0, std::int64_t t1) noexcept {
-  static_assert(is_storage_type_v<T>, "f32, f64, f16 or bf16");
-  if constexpr (std::is_same_v<T, float>) {
-    rotate_tokens_impl<F32>(a, t0, t1);
-  } else if constexpr (std::is_same_v<T, double>) {
-    rotate_tokens_impl<F64>(a, t0, t1);
-  } else if constexpr (std::is_same_v<T, f16>) {
-    rotate_tokens_impl<F16>(a, t0, t1);
-  } else {
+// bf16 tokens [t0, t1) with vcvtneps2bf16 where the CPU has AVX512_BF16, else the integer
+// rounding (the same bits): what dispatch runs (registry.hpp). Only call it on a CPU with the avx512
+// feature set (isa_supported(Isa::avx512)).
+inline void rotate_tokens_bf16(const KernelArgs<bf16>& a, std::int64_t t0, std::int64_t t1) noexcept {
 #if ROTARY_AVX512_BF16_KERNELS
-    if (cpu_features().avx512bf16) {
-      rotate_tokens_bf16_hardware(a, t0, t1);
-      return;
-    }
-#endif
-    rotate_tokens_bf16_integer(a, t0, t1);
+  if (cpu_features().avx512bf16) {
+    rotate_tokens_bf16_hardware(a, t0, t1);
+    return;
   }
+#endif
+  rotate_tokens_bf16_integer(a, t0, t1);
 }
 
 }  // namespace rotary::detail::avx512

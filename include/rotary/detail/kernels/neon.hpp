@@ -18,9 +18,9 @@
 //         every ABI start a thread with; the scalar fma depends on that mode as well).
 //   bf16  integer ops: widening is `bits << 16` (vshll); narrowing emulates f32_to_bf16_bits (flush
 //         f32 subnormals to a signed zero, add 0x7fff + lsb, NaN -> (u >> 16) | 0x40).
-// Structure: per token, the cos/sin of the full vectors (K = h / L of them, h = rotary_dim/2) stay in
-// registers while all of the token's heads are swept, for K <= kMaxRegs; longer rows stream cos/sin
-// from the (L1-resident) cache row per head and vector.
+// This file holds the lane operations only; the kernels are simd_body.hpp's (half_split: HalfSplit,
+// interleaved: InterleavedPairs over vld2/vst2): the cos/sin of the full vectors (h / L of them,
+// h = rotary_dim/2) stay in registers for up to kMaxRegs vectors per stream.
 // Tails: NEON has no masked loads, so the last h % L pairs run the scalar formula (scalar::
 // rotate_pair with the scalar conversions: the same bits by construction). Nothing outside the
 // rows or the cache row is read or written. Pass-through coordinates are copied inline.
@@ -52,14 +52,19 @@ struct MathF32 {
   using V = float32x4_t;
   using Bits = uint32x4_t;
   static constexpr int L = 4;
-  static ROTARY_ALWAYS_INLINE V load_cs(const C* p) noexcept { return vld1q_f32(p); }
+  static constexpr bool kMasked = false;           // tails by the scalar formula
+  using Mask = int;                                // (no masked loads: a placeholder type)
+  static constexpr bool kInterleavedPairs = true;  // interleaved rows: vld2/vst2
+  static constexpr bool packed_pairs = false;
+  static ROTARY_ALWAYS_INLINE V load(const C* p) noexcept { return vld1q_f32(p); }
   static ROTARY_ALWAYS_INLINE Bits sign(bool negative) noexcept { return vdupq_n_u32(negative ? 0x80000000u : 0u); }
   static ROTARY_ALWAYS_INLINE V flip(V v, Bits sign_bits) noexcept {
     return vreinterpretq_f32_u32(veorq_u32(vreinterpretq_u32_f32(v), sign_bits));
   }
   static ROTARY_ALWAYS_INLINE V mul(V a, V b) noexcept { return vmulq_f32(a, b); }
-  static ROTARY_ALWAYS_INLINE V neg(V a) noexcept { return vnegq_f32(a); }
-  static ROTARY_ALWAYS_INLINE V fma(V acc, V a, V b) noexcept { return vfmaq_f32(acc, a, b); }  // acc + a*b
+  // FMLA adds the unrounded product to its accumulator; -c is an exact negation.
+  static ROTARY_ALWAYS_INLINE V fmadd(V a, V b, V c) noexcept { return vfmaq_f32(c, a, b); }
+  static ROTARY_ALWAYS_INLINE V fmsub(V a, V b, V c) noexcept { return vfmaq_f32(vnegq_f32(c), a, b); }
 };
 
 struct MathF64 {
@@ -67,7 +72,11 @@ struct MathF64 {
   using V = float64x2_t;
   using Bits = uint64x2_t;
   static constexpr int L = 2;
-  static ROTARY_ALWAYS_INLINE V load_cs(const C* p) noexcept { return vld1q_f64(p); }
+  static constexpr bool kMasked = false;
+  using Mask = int;
+  static constexpr bool kInterleavedPairs = true;
+  static constexpr bool packed_pairs = false;
+  static ROTARY_ALWAYS_INLINE V load(const C* p) noexcept { return vld1q_f64(p); }
   static ROTARY_ALWAYS_INLINE Bits sign(bool negative) noexcept {
     return vdupq_n_u64(negative ? 0x8000000000000000ull : 0ull);
   }
@@ -75,13 +84,12 @@ struct MathF64 {
     return vreinterpretq_f64_u64(veorq_u64(vreinterpretq_u64_f64(v), sign_bits));
   }
   static ROTARY_ALWAYS_INLINE V mul(V a, V b) noexcept { return vmulq_f64(a, b); }
-  static ROTARY_ALWAYS_INLINE V neg(V a) noexcept { return vnegq_f64(a); }
-  static ROTARY_ALWAYS_INLINE V fma(V acc, V a, V b) noexcept { return vfmaq_f64(acc, a, b); }
+  static ROTARY_ALWAYS_INLINE V fmadd(V a, V b, V c) noexcept { return vfmaq_f64(c, a, b); }
+  static ROTARY_ALWAYS_INLINE V fmsub(V a, V b, V c) noexcept { return vfmaq_f64(vnegq_f64(c), a, b); }
 };
 
 struct F32 : MathF32 {
   using T = float;
-  static ROTARY_ALWAYS_INLINE V load(const T* p) noexcept { return vld1q_f32(p); }
   static ROTARY_ALWAYS_INLINE void store(T* p, V v) noexcept { vst1q_f32(p, v); }
   static ROTARY_ALWAYS_INLINE void load2(const T* p, V& x0, V& x1) noexcept {
     const float32x4x2_t x = vld2q_f32(p);
@@ -98,7 +106,6 @@ struct F32 : MathF32 {
 
 struct F64 : MathF64 {
   using T = double;
-  static ROTARY_ALWAYS_INLINE V load(const T* p) noexcept { return vld1q_f64(p); }
   static ROTARY_ALWAYS_INLINE void store(T* p, V v) noexcept { vst1q_f64(p, v); }
   static ROTARY_ALWAYS_INLINE void load2(const T* p, V& x0, V& x1) noexcept {
     const float64x2x2_t x = vld2q_f64(p);
@@ -117,6 +124,7 @@ struct F64 : MathF64 {
 template <class Storage, class Wide>
 struct Half16 : MathF32 {
   using T = Storage;
+  using MathF32::load;  // the f32 cos/sin
   static ROTARY_ALWAYS_INLINE const std::uint16_t* raw(const T* p) noexcept {
     return reinterpret_cast<const std::uint16_t*>(p);
   }
@@ -169,82 +177,13 @@ struct BF16Convert {
 using F16 = Half16<f16, F16Convert>;
 using BF16 = Half16<bf16, BF16Convert>;
 
-// ---- pairings ---------------------------------------------------------------------------------
-// Pair j of a row of h pairs: elements index(j) and index(j) + second(h).
-
-struct HalfSplit {
-  static constexpr std::int64_t index(std::int64_t j) noexcept { return j; }
-  static constexpr std::int64_t second(std::int64_t h) noexcept { return h; }
-  template <class S>
-  static ROTARY_ALWAYS_INLINE void load(const typename S::T* row, std::int64_t j, std::int64_t h,
-                                        typename S::V& x0, typename S::V& x1) noexcept {
-    x0 = S::load(row + j);
-    x1 = S::load(row + h + j);
-  }
-  template <class S>
-  static ROTARY_ALWAYS_INLINE void store(typename S::T* row, std::int64_t j, std::int64_t h, typename S::V y0,
-                                         typename S::V y1) noexcept {
-    S::store(row + j, y0);
-    S::store(row + h + j, y1);
-  }
-};
-
-struct Interleaved {
-  static constexpr std::int64_t index(std::int64_t j) noexcept { return 2 * j; }
-  static constexpr std::int64_t second(std::int64_t) noexcept { return 1; }
-  template <class S>
-  static ROTARY_ALWAYS_INLINE void load(const typename S::T* row, std::int64_t j, std::int64_t,
-                                        typename S::V& x0, typename S::V& x1) noexcept {
-    S::load2(row + 2 * j, x0, x1);
-  }
-  template <class S>
-  static ROTARY_ALWAYS_INLINE void store(typename S::T* row, std::int64_t j, std::int64_t, typename S::V y0,
-                                         typename S::V y1) noexcept {
-    S::store2(row + 2 * j, y0, y1);
-  }
-};
-
-// ---- building blocks --------------------------------------------------------------------------
-
-// Pairs [j, j + L) of one row. All loads before the stores: `in` may be `out`.
-template <class S, class P>
-ROTARY_ALWAYS_INLINE void step(const typename S::T* in, typename S::T* out, std::int64_t j, std::int64_t h,
-                               typename S::V c, typename S::V s) noexcept {
-  using V = typename S::V;
-  V x0;
-  V x1;
-  P::template load<S>(in, j, h, x0, x1);
-  const V y0 = S::fma(S::neg(S::mul(x1, s)), x0, c);  // fma(x0, c, -(x1*s))
-  const V y1 = S::fma(S::mul(x0, s), x1, c);          // fma(x1, c, x0*s)
-  P::template store<S>(out, j, h, y0, y1);
-}
-
-// Pairs [j0, h) of one row with the scalar kernel's own formula and conversions.
-template <class S, class P>
-ROTARY_ALWAYS_INLINE void scalar_pairs(const typename S::T* in, typename S::T* out, const typename S::C* cs,
-                                       std::int64_t j0, std::int64_t h, typename S::C sign) noexcept {
-  using T = typename S::T;
-  using C = typename S::C;
-  const std::int64_t second = P::second(h);
-  for (std::int64_t j = j0; j < h; ++j) {
-    const std::int64_t i0 = P::index(j);
-    C y0;
-    C y1;
-    scalar::rotate_pair<C>(to_compute(in[i0]), to_compute(in[i0 + second]), cs[j], sign * cs[h + j], y0, y1);
-    out[i0] = from_compute<T>(y0);
-    out[i0 + second] = from_compute<T>(y1);
-  }
-}
-
-// Pass-through coordinates [rotary_dim, head_dim) when out of place: copied inline (a memcpy call
-// would spill the register-resident cos/sin of the token around it).
-template <class T>
-ROTARY_ALWAYS_INLINE void copy_pass_through(const T* in, T* out, std::int64_t n) noexcept {
-  const auto* src = reinterpret_cast<const unsigned char*>(in);
-  auto* dst = reinterpret_cast<unsigned char*>(out);
-  std::int64_t bytes = n * static_cast<std::int64_t>(sizeof(T));
+// n 16-bit elements, bit for bit: 16 bytes per q register, then fixed-size moves.
+ROTARY_ALWAYS_INLINE void copy_u16(const void* in, void* out, std::int64_t n) noexcept {
+  const auto* src = static_cast<const unsigned char*>(in);
+  auto* dst = static_cast<unsigned char*>(out);
+  std::int64_t bytes = 2 * n;
   for (; bytes >= 16; bytes -= 16, src += 16, dst += 16) vst1q_u8(dst, vld1q_u8(src));
-  // bytes is now < 16 and a multiple of sizeof(T) >= 2; fixed-size copies compile to single moves.
+  // bytes is now < 16 and even; fixed-size copies compile to single moves.
   if (bytes & 8) {
     std::memcpy(dst, src, 8);
     src += 8;
@@ -260,117 +199,23 @@ ROTARY_ALWAYS_INLINE void copy_pass_through(const T* in, T* out, std::int64_t n)
 
 // Rows whose cos (or sin) values fill at most this many full vectors keep them in registers: 2*8 of
 // the 32 q registers, the rest for data and temporaries. f32/f16/bf16: rotary_dim <= 70 (8 vectors
-// + up to 3 scalar pairs), f64: rotary_dim <= 34 (8 vectors + 1 pair).
+// + up to 3 scalar pairs), f64: rotary_dim <= 34 (8 vectors + 1 pair). No blocked order.
 inline constexpr int kMaxRegs = 8;
-
-// ---- kernels ----------------------------------------------------------------------------------
-
-// h pairs: K full vectors held in registers, then h - K*L < L pairs by the scalar formula.
-template <class S, class P, int K>
-void rotate_registers(const KernelArgs<typename S::T>& a, std::int64_t t0, std::int64_t t1) noexcept {
-  using T = typename S::T;
-  using C = typename S::C;
-  using V = typename S::V;
-  constexpr int L = S::L;
-  const Rows<T> rows(a);
-  const std::int64_t heads = a.total_heads();
-  const std::int64_t h = a.rotary_dim / 2;
-  const std::int64_t d = a.rotary_dim;
-  const std::int64_t pass = a.head_dim - d;
-  const C sign = a.inverse ? C(-1) : C(1);
-  const auto neg = S::sign(a.inverse);
-  for (std::int64_t t = t0; t < t1; ++t) {
-    const C* cs = a.cos_sin_row(t);
-    V c[std::size_t{K}];
-    V s[std::size_t{K}];
-#pragma GCC unroll 16
-    for (int k = 0; k < K; ++k) {
-      c[k] = S::load_cs(cs + k * L);
-      s[k] = S::flip(S::load_cs(cs + h + k * L), neg);
-    }
-    for (std::int64_t head = 0; head < heads; ++head) {
-      const T* in = rows.in_row(t, head);
-      T* out = rows.out_row(t, head);
-#pragma GCC unroll 16
-      for (int k = 0; k < K; ++k) step<S, P>(in, out, k * L, h, c[k], s[k]);
-      if (K * L < h) scalar_pairs<S, P>(in, out, cs, K * L, h, sign);
-      if (pass > 0 && in != out) copy_pass_through(in + d, out + d, pass);
-    }
-  }
-}
-
-// Any h: one vector at a time, cos/sin reloaded per head from the cache row, then the scalar tail.
-template <class S, class P>
-void rotate_stream(const KernelArgs<typename S::T>& a, std::int64_t t0, std::int64_t t1) noexcept {
-  using T = typename S::T;
-  using C = typename S::C;
-  constexpr int L = S::L;
-  const Rows<T> rows(a);
-  const std::int64_t heads = a.total_heads();
-  const std::int64_t h = a.rotary_dim / 2;
-  const std::int64_t d = a.rotary_dim;
-  const std::int64_t pass = a.head_dim - d;
-  const std::int64_t full = h - h % L;
-  const C sign = a.inverse ? C(-1) : C(1);
-  const auto neg = S::sign(a.inverse);
-  for (std::int64_t t = t0; t < t1; ++t) {
-    const C* cs = a.cos_sin_row(t);
-    for (std::int64_t head = 0; head < heads; ++head) {
-      const T* in = rows.in_row(t, head);
-      T* out = rows.out_row(t, head);
-      for (std::int64_t j = 0; j < full; j += L)
-        step<S, P>(in, out, j, h, S::load_cs(cs + j), S::flip(S::load_cs(cs + h + j), neg));
-      if (full < h) scalar_pairs<S, P>(in, out, cs, full, h, sign);
-      if (pass > 0 && in != out) copy_pass_through(in + d, out + d, pass);
-    }
-  }
-}
-
-// ---- entry --------------------------------------------------------------------------------------
-
-// The kernel for rows of `vectors` full vectors per stream: the K-register variant, or (none, or
-// past kMaxRegs) the streaming one.
-template <class S, class P, int K = 1>
-void select_kernel(const KernelArgs<typename S::T>& a, std::int64_t vectors, std::int64_t t0,
-                   std::int64_t t1) noexcept {
-  if constexpr (K > kMaxRegs) {
-    rotate_stream<S, P>(a, t0, t1);
-  } else {
-    if (vectors == K)
-      rotate_registers<S, P, K>(a, t0, t1);
-    else if (vectors < 1)
-      rotate_stream<S, P>(a, t0, t1);  // fewer than L pairs: the scalar tail only
-    else
-      select_kernel<S, P, K + 1>(a, vectors, t0, t1);
-  }
-}
-
-template <class S>
-void rotate_tokens_impl(const KernelArgs<typename S::T>& a, std::int64_t t0, std::int64_t t1) noexcept {
-  const std::int64_t vectors = (a.rotary_dim / 2) / S::L;
-  if (a.pairing == Pairing::half_split)
-    select_kernel<S, HalfSplit>(a, vectors, t0, t1);
-  else
-    select_kernel<S, Interleaved>(a, vectors, t0, t1);
-}
-
-// Tokens [t0, t1) of a call; same contract as scalar::rotate_tokens. AdvSIMD is part of every
-// AArch64 CPU, so this runs wherever it compiles.
-template <class T>
-void rotate_tokens(const KernelArgs<T>& a, std::int64_t t0, std::int64_t t1) noexcept {
-  static_assert(is_storage_type_v<T>, "f32, f64, f16 or bf16");
-  if constexpr (std::is_same_v<T, float>) {
-    rotate_tokens_impl<F32>(a, t0, t1);
-  } else if constexpr (std::is_same_v<T, double>) {
-    rotate_tokens_impl<F64>(a, t0, t1);
-  } else if constexpr (std::is_same_v<T, f16>) {
-    rotate_tokens_impl<F16>(a, t0, t1);
-  } else {
-    rotate_tokens_impl<BF16>(a, t0, t1);
-  }
-}
+inline constexpr std::int64_t kBlockHalfBytes = 0;
+inline constexpr int kBlock = 1;
 
 }  // namespace rotary::detail::neon
+
+// AdvSIMD needs no target attribute.
+#define ROTARY_DETAIL_KERNELS_SIMD_BODY_ALLOWED
+#define ROTARY_KERNEL_TARGET
+#define ROTARY_KERNEL_INLINE ROTARY_ALWAYS_INLINE
+namespace rotary::detail::neon {
+#include "simd_body.hpp"
+}  // namespace rotary::detail::neon
+#undef ROTARY_KERNEL_TARGET
+#undef ROTARY_KERNEL_INLINE
+#undef ROTARY_DETAIL_KERNELS_SIMD_BODY_ALLOWED
 
 #endif  // ROTARY_NEON_KERNELS
 

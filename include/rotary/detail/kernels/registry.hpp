@@ -1,0 +1,88 @@
+// The kernel registry: for each row of dispatch.hpp's kIsaTable and each storage type, the kernel
+// that runs it, plus the named variants a test or benchmark may pin (the two bf16 roundings of
+// avx512). Dispatch (apply.hpp), the tests' ISA sweeps and the benchmark's kernel list read it.
+#ifndef ROTARY_DETAIL_KERNELS_REGISTRY_HPP
+#define ROTARY_DETAIL_KERNELS_REGISTRY_HPP
+
+#include "../guard.hpp"
+
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "../../dispatch.hpp"
+#include "../../dtype.hpp"
+#include "../kernel_args.hpp"
+#include "avx2.hpp"
+#include "avx512.hpp"
+#include "neon.hpp"
+#include "scalar.hpp"
+
+namespace rotary::detail {
+
+// Tokens [t0, t1) of a call (see scalar::rotate_tokens for the contract).
+template <class T>
+using Kernel = void (*)(const KernelArgs<T>&, std::int64_t, std::int64_t) noexcept;
+
+// The kernel for `isa` and storage type T; nullptr where this build has none. Only call a kernel
+// whose ISA is isa_supported().
+template <class T>
+constexpr Kernel<T> kernel_for(Isa isa) noexcept {
+  static_assert(is_storage_type_v<T>, "f32, f64, f16 or bf16");
+  switch (isa) {
+    case Isa::scalar:
+      return &scalar::rotate_tokens<T>;
+#if ROTARY_X86_KERNELS
+    case Isa::avx2:
+      return &avx2::rotate_tokens<T>;
+    case Isa::avx512:  // bf16: vcvtneps2bf16 or the integer rounding, picked per call
+      if constexpr (std::is_same_v<T, bf16>)
+        return &avx512::rotate_tokens_bf16;
+      else
+        return &avx512::rotate_tokens<T>;
+#endif
+#if ROTARY_NEON_KERNELS
+    case Isa::neon:
+      return &neon::rotate_tokens<T>;
+#endif
+    default:
+      return nullptr;
+  }
+}
+
+// A kernel a test or benchmark can run: its name ("avx512", "avx512.bf16_integer", ...), ISA and
+// whether this build and CPU run it.
+template <class T>
+struct KernelVariant {
+  std::string name;
+  Isa isa;
+  Kernel<T> kernel;
+  bool runs;
+};
+
+// Every ISA's kernel for T in kIsaTable's order (runs = false where this build or CPU cannot), then
+// the extra variants: bf16 on avx512 with each rounding on its own.
+template <class T>
+std::vector<KernelVariant<T>> kernel_variants() {
+  std::vector<KernelVariant<T>> out;
+  for (const IsaInfo& row : kIsaTable) {
+    const Kernel<T> k = kernel_for<T>(row.isa);
+    out.push_back({std::string(row.name), row.isa, k, k != nullptr && row.runs()});
+  }
+#if ROTARY_X86_KERNELS
+  if constexpr (std::is_same_v<T, bf16>) {
+    const bool avx512 = isa_supported(Isa::avx512);
+    out.push_back({"avx512.bf16_integer", Isa::avx512, &avx512::rotate_tokens_bf16_integer, avx512});
+#if ROTARY_AVX512_BF16_KERNELS
+    out.push_back({"avx512.bf16_hardware", Isa::avx512, &avx512::rotate_tokens_bf16_hardware,
+                   avx512 && avx512::bf16_hardware_rounding()});
+#endif
+  }
+#endif
+  return out;
+}
+
+}  // namespace rotary::detail
+
+#endif  // ROTARY_DETAIL_KERNELS_REGISTRY_HPP
