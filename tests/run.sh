@@ -1,30 +1,47 @@
 #!/usr/bin/env bash
-# Builds rotary and runs its whole test suite: g++ and clang++ with -Werror, then the suite again
-# under AddressSanitizer + UndefinedBehaviorSanitizer, then an AArch64 cross build whose tests
-# (NEON kernels included) run under qemu-aarch64, then the threaded tests under ThreadSanitizer
-# (preset tsan) and each libFuzzer harness for ROTARY_FUZZ_SECONDS (default here 30) under ASan +
-# UBSan (preset fuzz), and last static analysis (tests/lint.sh: clang-tidy and cppcheck, both must be
-# clean). The gcc preset builds everything at -O3 -DNDEBUG (CMake's Release flags), clang at -O2 with
-# assertions; both rebuild the core tests
-# under six value-unsafe flag sets (tests/flags); tests/build_types.sh compiles the strict consumer
-# under every CMake build type with both compilers. Installs missing Debian packages first; prints
-# each stage's wall time.
+# rotary's tests, at two speeds. Installs missing Debian packages first; prints each stage's wall time.
+#
+#   bash tests/run.sh          the quick suite: g++ -O1 with assertions (preset `quick`), every test,
+#                              example and packaging check once, the kernels compiled once
+#                              (rotary::kernels); a few minutes on 2 cores
+#   bash tests/run.sh --full   everything CI runs (.ci/run): g++ -O3 -DNDEBUG and clang++ -O2 with
+#                              -Werror, each also rebuilding the core tests under six value-unsafe
+#                              flag sets (tests/flags); the suite under AddressSanitizer +
+#                              UndefinedBehaviorSanitizer; an AArch64 cross build (NEON kernels) with
+#                              its tests under qemu-aarch64; the threaded tests under ThreadSanitizer;
+#                              each libFuzzer harness for ROTARY_FUZZ_SECONDS (default 30) under ASan +
+#                              UBSan; the strict consumer under every CMake build type with both
+#                              compilers (tests/build_types.sh); static analysis (tests/lint.sh:
+#                              clang-tidy and cppcheck, both must be clean); about an hour on 2 cores
 set -euo pipefail
 cd "$(dirname "$0")/.."
+mode=quick
+case "${1:-}" in
+  "") ;;
+  --full) mode=full ;;
+  *) echo "usage: bash tests/run.sh [--full]" >&2; exit 2 ;;
+esac
+
+stage() {  # stage NAME COMMAND...: run, time, and say so
+  local name=$1 start=$SECONDS
+  shift
+  echo "=== rotary: $name ==="
+  "$@"
+  echo "=== rotary: $name passed in $((SECONDS - start)) s ==="
+}
+
+if [[ $mode == quick ]]; then
+  bash cmake/deps.sh tests
+  stage "quick suite (workflow preset 'quick')" cmake --workflow --preset quick
+  echo "=== rotary: quick suite passed (bash tests/run.sh --full runs everything CI runs) ==="
+  exit 0
+fi
+
 bash cmake/deps.sh tests cross fuzz lint
 export ROTARY_FUZZ_SECONDS="${ROTARY_FUZZ_SECONDS:-30}"  # read by tests/fuzz/run_fuzzer.sh
 for preset in gcc clang sanitize aarch64 tsan fuzz; do
-  echo "=== rotary: workflow preset '$preset' ==="
-  start=$SECONDS
-  cmake --workflow --preset "$preset"
-  echo "=== rotary: workflow preset '$preset' passed in $((SECONDS - start)) s ==="
+  stage "workflow preset '$preset'" cmake --workflow --preset "$preset"
 done
-echo "=== rotary: every CMake build type, both compilers (tests/build_types.sh) ==="
-start=$SECONDS
-bash tests/build_types.sh
-echo "=== rotary: build types passed in $((SECONDS - start)) s ==="
-echo "=== rotary: static analysis (tests/lint.sh) ==="
-start=$SECONDS
-bash tests/lint.sh
-echo "=== rotary: static analysis passed in $((SECONDS - start)) s ==="
+stage "every CMake build type, both compilers (tests/build_types.sh)" bash tests/build_types.sh
+stage "static analysis (tests/lint.sh)" bash tests/lint.sh
 echo "=== rotary: all test workflows and static analysis passed ==="

@@ -83,6 +83,45 @@ std::vector<KernelVariant<T>> kernel_variants() {
   return out;
 }
 
+// ---- compiled once (optional) ----------------------------------------------------------------------
+// Every kernel above, as a list of declarations: KW is `extern template` (declare only) or
+// `template` (define here). ROTARY_SEPARATE_KERNELS, defined in every TU of a program, declares them
+// only, so no TU but one compiles them: the one that includes <rotary/instantiate_kernels.hpp>
+// (CMake: link rotary::kernels, which is that TU and defines the macro for its users).
+#define ROTARY_DETAIL_KERNEL_SIGNATURE(T) (const KernelArgs<T>&, std::int64_t, std::int64_t) noexcept
+#if ROTARY_X86_KERNELS
+#define ROTARY_DETAIL_X86_INSTANCES(KW, T)                                  \
+  KW void avx2::rotate_tokens<T> ROTARY_DETAIL_KERNEL_SIGNATURE(T); \
+  KW void avx512::rotate_tokens<T> ROTARY_DETAIL_KERNEL_SIGNATURE(T);
+#else
+#define ROTARY_DETAIL_X86_INSTANCES(KW, T)
+#endif
+#if ROTARY_AVX512_BF16_KERNELS
+#define ROTARY_DETAIL_BF16_HW_INSTANCE(KW) \
+  KW void avx512::bf16_hw::rotate_tokens_impl<avx512::BF16Hw> ROTARY_DETAIL_KERNEL_SIGNATURE(bf16);
+#else
+#define ROTARY_DETAIL_BF16_HW_INSTANCE(KW)
+#endif
+#if ROTARY_NEON_KERNELS
+#define ROTARY_DETAIL_NEON_INSTANCE(KW, T) KW void neon::rotate_tokens<T> ROTARY_DETAIL_KERNEL_SIGNATURE(T);
+#else
+#define ROTARY_DETAIL_NEON_INSTANCE(KW, T)
+#endif
+#define ROTARY_DETAIL_TYPE_INSTANCES(KW, T)                            \
+  KW void scalar::rotate_tokens<T> ROTARY_DETAIL_KERNEL_SIGNATURE(T); \
+  ROTARY_DETAIL_X86_INSTANCES(KW, T)                                  \
+  ROTARY_DETAIL_NEON_INSTANCE(KW, T)
+#define ROTARY_DETAIL_KERNEL_INSTANCES(KW)    \
+  ROTARY_DETAIL_TYPE_INSTANCES(KW, float)     \
+  ROTARY_DETAIL_TYPE_INSTANCES(KW, double)    \
+  ROTARY_DETAIL_TYPE_INSTANCES(KW, ::rotary::f16) \
+  ROTARY_DETAIL_TYPE_INSTANCES(KW, ::rotary::bf16) \
+  ROTARY_DETAIL_BF16_HW_INSTANCE(KW)
+
+#if defined(ROTARY_SEPARATE_KERNELS) && !defined(ROTARY_DETAIL_INSTANTIATING_KERNELS)
+ROTARY_DETAIL_KERNEL_INSTANCES(extern template)
+#endif
+
 }  // namespace rotary::detail
 
 #endif  // ROTARY_DETAIL_KERNELS_REGISTRY_HPP

@@ -52,9 +52,9 @@ inline void copy_tail(const T* in, T* out, std::int64_t rotary_dim, std::int64_t
 }
 
 // Tokens [t0, t1) of a call: each token's cos/sin row is looked up once and used for all its heads
-// (q's, then k's).
+// (q's, then k's). Not `inline`: ROTARY_SEPARATE_KERNELS declares it extern (registry.hpp).
 template <class T>
-inline void rotate_tokens(const KernelArgs<T>& a, std::int64_t t0, std::int64_t t1) noexcept {
+void rotate_tokens(const KernelArgs<T>& a, std::int64_t t0, std::int64_t t1) noexcept {
   using C = compute_t<T>;
   const std::int64_t h = a.rotary_dim / 2;
   const C sign = a.inverse ? C(-1) : C(1);
