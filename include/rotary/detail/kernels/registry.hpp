@@ -88,6 +88,7 @@ std::vector<KernelVariant<T>> kernel_variants() {
 // `template` (define here). ROTARY_SEPARATE_KERNELS, defined in every TU of a program, declares them
 // only, so no TU but one compiles them: the one that includes <rotary/instantiate_kernels.hpp>
 // (CMake: link rotary::kernels, which is that TU and defines the macro for its users).
+// NOLINTBEGIN(bugprone-macro-parentheses): T is a type, KW a keyword
 #define ROTARY_DETAIL_KERNEL_SIGNATURE(T) (const KernelArgs<T>&, std::int64_t, std::int64_t) noexcept
 #if ROTARY_X86_KERNELS
 #define ROTARY_DETAIL_X86_INSTANCES(KW, T)                                  \
@@ -117,6 +118,7 @@ std::vector<KernelVariant<T>> kernel_variants() {
   ROTARY_DETAIL_TYPE_INSTANCES(KW, ::rotary::f16) \
   ROTARY_DETAIL_TYPE_INSTANCES(KW, ::rotary::bf16) \
   ROTARY_DETAIL_BF16_HW_INSTANCE(KW)
+// NOLINTEND(bugprone-macro-parentheses)
 
 #if defined(ROTARY_SEPARATE_KERNELS) && !defined(ROTARY_DETAIL_INSTANTIATING_KERNELS)
 ROTARY_DETAIL_KERNEL_INSTANCES(extern template)

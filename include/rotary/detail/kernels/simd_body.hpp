@@ -79,18 +79,18 @@ struct HalfSplit {
     V x0[std::size_t{N}];
     V x1[std::size_t{N}];
 #pragma GCC unroll 16
-    for (int i = 0; i < N; ++i) x0[i] = S::load(in + j + i * L);
+    for (int i = 0; i < N; ++i) x0[i] = S::load(in + j + std::int64_t{i} * L);
 #pragma GCC unroll 16
-    for (int i = 0; i < N; ++i) x1[i] = S::load(in + h + j + i * L);
+    for (int i = 0; i < N; ++i) x1[i] = S::load(in + h + j + std::int64_t{i} * L);
     V y1[std::size_t{N}];
 #pragma GCC unroll 16
     for (int i = 0; i < N; ++i) {
-      S::store(out + j + i * L, S::fmsub(x0[i], k[i].c, S::mul(x1[i], k[i].s)));
+      S::store(out + j + std::int64_t{i} * L, S::fmsub(x0[i], k[i].c, S::mul(x1[i], k[i].s)));
       y1[i] = S::fmadd(x1[i], k[i].c, S::mul(x0[i], k[i].s));
     }
     asm volatile("" ::: "memory");
 #pragma GCC unroll 16
-    for (int i = 0; i < N; ++i) S::store(out + h + j + i * L, y1[i]);
+    for (int i = 0; i < N; ++i) S::store(out + h + j + std::int64_t{i} * L, y1[i]);
   }
 
   using Tail = typename S::Mask;
@@ -140,7 +140,7 @@ struct InterleavedDup {
   static ROTARY_KERNEL_INLINE void block(const T* in, T* out, std::int64_t h, std::int64_t j,
                                          const Coef* k) noexcept {
 #pragma GCC unroll 16
-    for (int i = 0; i < N; ++i) step(in, out, h, j + i * kPairs, k[i]);
+    for (int i = 0; i < N; ++i) step(in, out, h, j + std::int64_t{i} * kPairs, k[i]);
   }
 
   struct Tail {
@@ -190,7 +190,7 @@ struct InterleavedPairs {
   static ROTARY_KERNEL_INLINE void block(const T* in, T* out, std::int64_t h, std::int64_t j,
                                          const Coef* k) noexcept {
 #pragma GCC unroll 16
-    for (int i = 0; i < N; ++i) step(in, out, h, j + i * kPairs, k[i]);
+    for (int i = 0; i < N; ++i) step(in, out, h, j + std::int64_t{i} * kPairs, k[i]);
   }
 
   struct Tail {
@@ -265,7 +265,7 @@ struct HalfSplitPairs {
   static ROTARY_KERNEL_INLINE void block(const T* in, T* out, std::int64_t h, std::int64_t j,
                                          const Coef* k) noexcept {
 #pragma GCC unroll 16
-    for (int i = 0; i < N; ++i) step(in, out, h, j + i * kPairs, k[i]);
+    for (int i = 0; i < N; ++i) step(in, out, h, j + std::int64_t{i} * kPairs, k[i]);
   }
 
   struct Tail {
@@ -375,7 +375,7 @@ ROTARY_KERNEL_TARGET void rotate_registers(const KernelArgs<typename P::T>& a, s
     const C* cs = a.cos_sin_row(t);
     Coef k[std::size_t{K} + 1];
 #pragma GCC unroll 16
-    for (int i = 0; i < K; ++i) k[i] = P::coef(cs, h, i * P::kPairs, neg);
+    for (int i = 0; i < K; ++i) k[i] = P::coef(cs, h, std::int64_t{i} * P::kPairs, neg);
     k[K] = Coef{};
     if constexpr (S::kMasked) {
       if (rest > 0) k[K] = P::coef(cs, h, kFull, neg, m);
@@ -387,12 +387,12 @@ ROTARY_KERNEL_TARGET void rotate_registers(const KernelArgs<typename P::T>& a, s
                     kFull * static_cast<std::int64_t>(sizeof(T)) >= kBlockHalfBytes) {
         // full steps in blocks of kBlock (a shorter last block)
 #pragma GCC unroll 16
-        for (int i = 0; i + kBlock <= K; i += kBlock) P::template block<kBlock>(in, out, h, i * P::kPairs, k + i);
+        for (int i = 0; i + kBlock <= K; i += kBlock) P::template block<kBlock>(in, out, h, std::int64_t{i} * P::kPairs, k + i);
         constexpr int done = K / kBlock * kBlock;
-        if constexpr (done < K) P::template block<K - done>(in, out, h, done * P::kPairs, k + done);
+        if constexpr (done < K) P::template block<K - done>(in, out, h, std::int64_t{done} * P::kPairs, k + done);
       } else {
 #pragma GCC unroll 16
-        for (int i = 0; i < K; ++i) P::step(in, out, h, i * P::kPairs, k[i]);
+        for (int i = 0; i < K; ++i) P::step(in, out, h, std::int64_t{i} * P::kPairs, k[i]);
       }
       if (rest > 0) tail_step<P>(in, out, cs, h, kFull, k[K], m, sign);
       if (pass > 0 && in != out) copy_pass_through<S>(in + a.rotary_dim, out + a.rotary_dim, pass);
@@ -429,7 +429,7 @@ ROTARY_KERNEL_TARGET void rotate_stream(const KernelArgs<typename P::T>& a, std:
           for (; j + kBlockPairs <= full; j += kBlockPairs) {
             Coef k[std::size_t{kBlock}];
 #pragma GCC unroll 16
-            for (int i = 0; i < kBlock; ++i) k[i] = P::coef(cs, h, j + i * P::kPairs, neg);
+            for (int i = 0; i < kBlock; ++i) k[i] = P::coef(cs, h, j + std::int64_t{i} * P::kPairs, neg);
             P::template block<kBlock>(in, out, h, j, k);
           }
         }
