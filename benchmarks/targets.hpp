@@ -1,0 +1,64 @@
+// rotary_bench: the project's speed targets (issue 13), as data. report.cpp's summary evaluates
+// every row of kTargets on the numbers of the run (each case's median), for every dtype the row
+// names and both pairings, and prints one line per evaluation, MET / NOT MET; an evaluation whose
+// cases did not run (filtered out) is skipped. Extending: one row. Rows reading the kernel table
+// (no layout) print first, then the fused q+k comparison (information, no target), then the rows
+// reading the layout table.
+#pragma once
+
+#include <array>
+
+#include "bench_common.hpp"
+
+namespace rotary_bench {
+
+// How a row compares its case with its base (GB/s of the same bytes, this run).
+enum class Measure {
+  speed,  // case GB/s / base GB/s: the case's speed in multiples of the base's, at least `bound`
+  time,   // base GB/s / case GB/s: the case's time in multiples of the base's, at most `bound`
+};
+
+// One benchmark case per dtype and pairing at the row's shape: impl in the kernel table
+// (apply/<pairing>/<dtype>/<impl>/tokens:...), or, with a layout, the case of that layout and
+// thread count in the layout table (apply/<pairing>/<dtype>/<impl>/<layout>/tokens:.../threads:N).
+struct CaseRef {
+  const char* impl;
+  const char* layout = "";
+  int threads = 0;
+
+  constexpr bool in_layout_table() const { return layout[0] != '\0'; }
+};
+
+struct Target {
+  std::array<const char*, 3> dtypes;  // evaluated for each (unused slots nullptr), in this order
+  Shape shape;
+  const char* what;  // the description column of the printed line
+  CaseRef measured;
+  CaseRef base;
+  Measure measure;
+  double bound;
+};
+
+inline constexpr Target kTargets[] = {
+    // memory-bound: dispatch near memcpy of the same bytes (L3-resident, DRAM, 16-bit storage)
+    {{"f32"}, kKeyShape, "512 tok (L3)", {"dispatch"}, {"memcpy"}, Measure::speed, 0.85},
+    {{"f32"}, kDramShape, "8192 tok (DRAM)", {"dispatch"}, {"memcpy"}, Measure::speed, 0.9},
+    {{"f16", "bf16"}, kKeyShape, "512 tok", {"dispatch"}, {"memcpy"}, Measure::speed, 0.8},
+    // decode: one token's call overhead
+    {{"f32", "f16", "bf16"}, kDecodeShape, "decode (1 tok)", {"dispatch"}, {"memcpy"}, Measure::time, 2.0},
+    // against the textbook rotation-matrix product
+    {{"f32"}, kKeyShape, "512 tok", {"dispatch"}, {"matrix"}, Measure::speed, 10.0},
+    // the cache-free Rope against the cached one
+    {{"f32", "f16", "bf16"}, kKeyShape, "512 tok", {"onthefly"}, {"dispatch"}, Measure::time, 1.5},
+    // layout table (f32): fused q+k as rows, 1 thread; the DRAM shape on 2 threads
+    {{"f32"}, kGqaShape, "GQA 512 tok fused", {"dispatch_qk", "rows", 1}, {"memcpy", "flat", 1}, Measure::speed,
+     0.85},
+    {{"f32"}, kDramShape, "8192 tok 2 threads", {"dispatch", "rows", 2}, {"memcpy", "flat", 2}, Measure::speed,
+     0.85},
+};
+
+// --rotary_compare_with (benchmarks/run.sh): the default build's dispatch/memcpy at kKeyShape, per
+// pairing and dtype, at least this fraction of the -march=native build's.
+inline constexpr double kNativeBuildBound = 0.95;
+
+}  // namespace rotary_bench
