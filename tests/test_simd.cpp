@@ -287,8 +287,7 @@ std::string check_shape(const SimdCase& c, Kernel<T> kernel, const Shape& s, std
   a.rotary_dim = s.rotary_dim;
   a.pairing = c.pairing;
   a.inverse = c.dir == Direction::inverse;
-  a.cache = &cache;
-  a.positions = rotary::Positions(pos);
+  a.rows = rotary::detail::RowSource<rotary::compute_t<T>>::table(cache, rotary::Positions(pos));
   a.q.in_token_stride = s.in.token_stride;
   a.q.in_head_stride = s.in.head_stride;
   const Layout& ol = c.in_place ? s.in : s.out;
@@ -442,7 +441,7 @@ void guard_page_sweep(Isa isa, Kernel<T> kernel = nullptr) {
           a.head_dim = head_dim;
           a.rotary_dim = rotary_dim;
           a.pairing = pairing;
-          a.cache = &cache;
+          a.rows = rotary::detail::RowSource<rotary::compute_t<T>>::table(cache, rotary::Positions::contiguous());
           a.q.in_token_stride = a.q.out_token_stride = heads * head_dim;
           a.q.in_head_stride = a.q.out_head_stride = head_dim;
           a.q.in = in.data();
@@ -521,8 +520,7 @@ std::vector<T> round_through(Kernel<T> kernel, const std::vector<float>& probes)
   a.tokens = tokens;
   a.head_dim = a.rotary_dim = d;
   a.pairing = Pairing::half_split;
-  a.rows = rows.data();
-  a.rows_token0 = 0;
+  a.rows = rotary::detail::RowSource<float>::block(rows.data(), d, 0);
   a.q.heads = 1;
   a.q.in = x.data();
   a.q.in_token_stride = 0;  // every token rotates the same input row

@@ -77,7 +77,7 @@ inline std::int64_t checked_pairs(const RotarySpec& spec, const std::vector<doub
 }
 
 inline void check_grad_positions(const Positions& positions, std::int64_t tokens) {
-  throw_if(check_position_array(positions, tokens, "positions"));
+  require(true, [&] { return check_position_array(positions, tokens, "positions"); });
 }
 
 // grad[j] += sign * sum_t m_t sum_h (g1 y0 - g0 y1); y(t, h, i) and g(t, h, i) read coordinate i of head

@@ -266,14 +266,6 @@ inline std::vector<std::int64_t> token_positions(const SequencePositions& p, con
 
 namespace detail {
 
-inline void report(bool checked, const std::string& m) {
-  if (checked) {
-    throw_if(m);
-  } else {
-    ROTARY_ASSERT_MESSAGE(m);
-  }
-}
-
 // "" or what is wrong with cu_seqlens for `total` packed tokens; fills lengths.
 inline std::string check_cu_seqlens(const CuSeqlens& cu, std::int64_t total, std::vector<std::int64_t>& lengths) {
   if (cu.count() < 1) return concat("cu_seqlens has ", cu.count(), " values; it needs batch + 1 >= 1");
@@ -400,8 +392,85 @@ bool rows_apart(const BatchView<A>& a, const BatchView<B>& b) noexcept {
          heads_interleave_disjointly(a, b);
 }
 
+// ---- positions of a batch ------------------------------------------------------------------------
+// 1-D rotators take SequencePositions (per-sequence rules); rotators with per-token positions of
+// their own type P (multi-axis: AxisPositions) take one P over the batch's tokens in memory order
+// (b * seq + t; the packed index for varlen), which needs P::tokens() and P::slice(first, count).
+
+template <class P>
+struct batch_positions {
+  using type = P;
+};
+template <>
+struct batch_positions<Positions> {
+  using type = SequencePositions;
+};
+template <class R>
+using batch_positions_t = typename batch_positions<rotator_positions_t<R>>::type;
+
+inline std::string check_batch_positions(const SequencePositions& p, const std::vector<std::int64_t>& lengths,
+                                         std::int64_t total) {
+  return p.check(lengths, total);
+}
+template <class P>
+std::string check_batch_positions(const P& p, const std::vector<std::int64_t>& /*lengths*/, std::int64_t total) {
+  if (p.tokens() != total)
+    return concat("positions have ", p.tokens(), " tokens per stream for the ", total,
+                  " tokens of the batch (one per token, in memory order)");
+  return {};
+}
+
+// The Positions of each dispatch: contiguous where possible, else expanded to int64 per token.
+class SequencePlan {
+ public:
+  SequencePlan(const SequencePositions& pos, const std::vector<std::int64_t>& lengths, bool fold) : pos_(&pos) {
+    const bool starts = pos.kind() == SequencePositions::Kind::starts;
+    per_token_ = pos.kind() == SequencePositions::Kind::per_token;
+    const bool expand = per_token_ ? !fold && !pos.token_array().is_contiguous()
+                                   : !(starts && (lengths.size() == 1 || !fold));
+    if (expand) expanded_ = token_positions(pos, lengths);
+    expanded_mode_ = expand;
+  }
+  // Every token, in memory order (one dispatch); seq: the first sequence's length.
+  Positions whole(std::int64_t seq) const {
+    if (per_token_) return pos_->token_array();
+    if (!expanded_mode_) return Positions::contiguous((*pos_)(0, 0, seq, 0));
+    return Positions(expanded_);
+  }
+  // Sequence b of a batch of sequences of seq tokens each.
+  Positions piece(std::int64_t b, std::int64_t seq) const {
+    if (per_token_ && pos_->token_array().is_contiguous())
+      return Positions::contiguous(pos_->token_array().start() + b * seq);
+    if (!expanded_mode_) return Positions::contiguous((*pos_)(static_cast<std::size_t>(b), 0, seq, b * seq));
+    return Positions(expanded_.data() + b * seq, seq);
+  }
+
+ private:
+  const SequencePositions* pos_;
+  bool per_token_ = false;
+  bool expanded_mode_ = false;
+  std::vector<std::int64_t> expanded_;
+};
+
+template <class P>
+struct TokenPlan {
+  const P* pos;
+  P whole(std::int64_t /*seq*/) const { return *pos; }
+  P piece(std::int64_t b, std::int64_t seq) const { return pos->slice(b * seq, seq); }
+};
+
+inline SequencePlan plan_positions(const SequencePositions& p, const std::vector<std::int64_t>& lengths, bool fold) {
+  return SequencePlan(p, lengths, fold);
+}
+template <class P>
+TokenPlan<P> plan_positions(const P& p, const std::vector<std::int64_t>& /*lengths*/, bool /*fold*/) {
+  return TokenPlan<P>{&p};
+}
+
+// ---- the batch driver ---------------------------------------------------------------------------
+
 // One dispatch's worth: a q (and optional k) token range with its positions.
-template <class T>
+template <class T, class P>
 struct Piece {
   const T* q_in;
   T* q_out;
@@ -409,7 +478,7 @@ struct Piece {
   T* k_out;
   std::int64_t tokens;
   std::ptrdiff_t q_in_ts, q_out_ts, k_in_ts, k_out_ts;
-  Positions positions;
+  P positions;
 };
 
 // The batch folds into one token axis of stride `ts` if every sequence follows the previous one.
@@ -428,26 +497,21 @@ inline bool foldable(const BatchShape& s, const BatchStrides& st, std::ptrdiff_t
 
 // Sequences that interleave in memory (SBHD: each token holds every sequence's heads side by side)
 // run token by token across the sequences, so the call walks the buffer in order instead of once
-// per sequence at a stride of batch x heads rows. Calls with cached rows only (cache-free calls
-// fill rows per block of one sequence; they run one sequence after another). Same bits either way.
+// per sequence at a stride of batch x heads rows. Table rows only (sources that make rows per
+// block run one sequence after another). Same bits either way.
 template <class T>
 void run_interleaved(const std::vector<KernelArgs<T>>& calls, const ParallelFor& parallel) {
   const Kernel<T> kernel = select_kernel<T>();
   const std::int64_t tokens = calls.front().tokens;  // every sequence of a batch has seq tokens
-  const auto range = [&calls, kernel](std::int64_t begin, std::int64_t end) {
+  for_token_ranges(tokens, parallel, [&calls, kernel](std::int64_t begin, std::int64_t end) {
     for (std::int64_t t = begin; t < end; ++t)
       for (const KernelArgs<T>& a : calls) run_tokens(kernel, a, t, t + 1);
-  };
-  if (!parallel || tokens < 2) {
-    range(0, tokens);
-  } else {
-    parallel(tokens, range);
-  }
+  });
 }
 
 // Sequences one after another in memory (BHSD), with threads: one parallel region over the batch's
 // tokens in sequence order rather than one per sequence, so each thread takes whole sequences where
-// it can (long head-major runs) and the threads meet once per call, not once per sequence. Cached
+// it can (long head-major runs) and the threads meet once per call, not once per sequence. Table
 // rows only, as above. Same bits: each row is rotated exactly once with the same cos/sin.
 template <class T>
 void run_sequences(const std::vector<KernelArgs<T>>& calls, const ParallelFor& parallel) {
@@ -463,48 +527,45 @@ void run_sequences(const std::vector<KernelArgs<T>>& calls, const ParallelFor& p
   });
 }
 
-// The whole batched call: validate everything, then dispatch.
-template <class T>
-void batch_qk(bool checked, const Rope<T>& rope, const BatchView<const T>& q_in, const BatchView<T>& q_out,
-              const BatchView<const T>& k_in, const BatchView<T>& k_out, const SequencePositions& pos,
+// The whole batched call of rotator r: validate everything, then dispatch.
+template <class R, class T>
+void batch_qk(bool checked, const R& r, const BatchView<const T>& q_in, const BatchView<T>& q_out,
+              const BatchView<const T>& k_in, const BatchView<T>& k_out, const batch_positions_t<R>& pos,
               Direction dir, const ParallelFor& parallel) {
+  using P = rotator_positions_t<R>;
   const bool has_k = k_in.shape.heads > 0;
   // Views are named after the arguments: x (one tensor in place), input and output, or q and k.
   const ViewNames qn = view_names(has_k ? "q" : "", same_view(q_in, q_out), "x");
   const ViewNames kn = view_names("k", same_view(k_in, k_out), "x");
-  std::string m = check_batch_view(qn.in, q_in, rope.head_dim());
-  if (m.empty()) m = check_batch_view(qn.out, q_out, rope.head_dim());
-  if (m.empty()) m = check_in_out(qn, q_in, q_out);
-  if (m.empty() && has_k) {
-    m = check_batch_view(kn.in, k_in, rope.head_dim());
-    if (m.empty()) m = check_batch_view(kn.out, k_out, rope.head_dim());
-    if (m.empty()) m = check_in_out(kn, k_in, k_out);
-    if (m.empty() && (k_in.shape.batch != q_in.shape.batch || k_in.shape.seq != q_in.shape.seq))
-      m = concat("q is ", q_in.shape.batch, " x ", q_in.shape.seq, " but k is ", k_in.shape.batch, " x ",
-                 k_in.shape.seq, " (batch x seq)");
-  }
   const std::vector<std::int64_t> lengths(static_cast<std::size_t>(std::max<std::int64_t>(q_in.shape.batch, 0)),
                                           q_in.shape.seq);
-  if (m.empty()) m = pos.check(lengths, q_in.shape.batch * q_in.shape.seq);
-  report(checked, m);
+  require(checked, [&] {
+    std::string m = check_batch_view(qn.in, q_in, r.head_dim());
+    if (m.empty()) m = check_batch_view(qn.out, q_out, r.head_dim());
+    if (m.empty()) m = check_in_out(qn, q_in, q_out);
+    if (m.empty() && has_k) {
+      m = check_batch_view(kn.in, k_in, r.head_dim());
+      if (m.empty()) m = check_batch_view(kn.out, k_out, r.head_dim());
+      if (m.empty()) m = check_in_out(kn, k_in, k_out);
+      if (m.empty() && (k_in.shape.batch != q_in.shape.batch || k_in.shape.seq != q_in.shape.seq))
+        m = concat("q is ", q_in.shape.batch, " x ", q_in.shape.seq, " but k is ", k_in.shape.batch, " x ",
+                   k_in.shape.seq, " (batch x seq)");
+    }
+    if (m.empty()) m = check_batch_positions(pos, lengths, q_in.shape.batch * q_in.shape.seq);
+    return m;
+  });
   if (q_in.shape.batch == 0 || q_in.shape.seq == 0) return;
 
   const BatchShape& s = q_in.shape;
   std::ptrdiff_t qi = 0, qo = 0, ki = 0, ko = 0;
   bool fold = foldable(s, q_in.strides, qi) && foldable(s, q_out.strides, qo);
   if (has_k) fold = fold && foldable(s, k_in.strides, ki) && foldable(s, k_out.strides, ko);
+  const auto plan = plan_positions(pos, lengths, fold);
 
-  // Positions: contiguous where possible, else expanded to int64 per token (memory order b*seq+t).
-  std::vector<std::int64_t> expanded;
-  const bool simple_starts = pos.kind() == SequencePositions::Kind::starts;
-  const bool passthrough = pos.kind() == SequencePositions::Kind::per_token && pos.token_array().is_contiguous();
-  if (!((simple_starts && s.batch == 1) || passthrough || (!fold && simple_starts)))
-    expanded = token_positions(pos, lengths);
-
-  std::vector<Piece<T>> pieces;
-  const auto piece = [&](std::int64_t b, std::int64_t tokens, Positions p) {
-    Piece<T> x{q_in.data + b * q_in.strides.batch, q_out.data + b * q_out.strides.batch, nullptr, nullptr,
-               tokens, 0, 0, 0, 0, p};
+  std::vector<Piece<T, P>> pieces;
+  const auto piece = [&](std::int64_t b, std::int64_t tokens, P p) {
+    Piece<T, P> x{q_in.data + b * q_in.strides.batch, q_out.data + b * q_out.strides.batch, nullptr, nullptr,
+                  tokens, 0, 0, 0, 0, p};
     if (has_k) {
       x.k_in = k_in.data + b * k_in.strides.batch;
       x.k_out = k_out.data + b * k_out.strides.batch;
@@ -512,15 +573,7 @@ void batch_qk(bool checked, const Rope<T>& rope, const BatchView<const T>& q_in,
     return x;
   };
   if (fold) {
-    Positions p = Positions::contiguous(0);
-    if (passthrough) {
-      p = Positions::contiguous(pos.token_array().start());
-    } else if (expanded.empty()) {
-      p = Positions::contiguous(pos(0, 0, s.seq, 0));
-    } else {
-      p = Positions(expanded);
-    }
-    Piece<T> x = piece(0, s.batch * s.seq, p);
+    Piece<T, P> x = piece(0, s.batch * s.seq, plan.whole(s.seq));
     x.q_in_ts = qi;
     x.q_out_ts = qo;
     x.k_in_ts = ki;
@@ -528,15 +581,7 @@ void batch_qk(bool checked, const Rope<T>& rope, const BatchView<const T>& q_in,
     pieces.push_back(x);
   } else {
     for (std::int64_t b = 0; b < s.batch; ++b) {
-      Positions p = Positions::contiguous(0);
-      if (passthrough) {
-        p = Positions::contiguous(pos.token_array().start() + b * s.seq);
-      } else if (expanded.empty()) {
-        p = Positions::contiguous(pos(static_cast<std::size_t>(b), 0, s.seq, b * s.seq));
-      } else {
-        p = Positions(expanded.data() + b * s.seq, s.seq);
-      }
-      Piece<T> x = piece(b, s.seq, p);
+      Piece<T, P> x = piece(b, s.seq, plan.piece(b, s.seq));
       x.q_in_ts = q_in.strides.seq;
       x.q_out_ts = q_out.strides.seq;
       x.k_in_ts = k_in.strides.seq;
@@ -549,62 +594,73 @@ void batch_qk(bool checked, const Rope<T>& rope, const BatchView<const T>& q_in,
   // fused dispatch still rotates them, as long as no q output row is a k row or vice versa. The
   // per-dispatch check below sees one sequence at a time; this one sees the whole batch.
   if (has_k) {
-    std::string clash;
-    const auto meet = [&clash](const auto& x, const std::string& x_name, const auto& y,
-                               const std::string& y_name) {
-      if (clash.empty() && !rows_apart(x, y))
-        clash =
-            concat("q and k views overlap: ", where_views_meet(x_name, batch_rows(x), y_name, batch_rows(y)),
-                   "; a q output may not share a row with k, nor a k output with q");
-    };
-    meet(q_out, qn.out, k_in, kn.in);
-    meet(q_out, qn.out, k_out, kn.out);
-    meet(k_out, kn.out, q_in, qn.in);
-    report(checked, clash);
+    require(checked, [&] {
+      std::string clash;
+      const auto meet = [&clash](const auto& x, const std::string& x_name, const auto& y, const std::string& y_name) {
+        if (clash.empty() && !rows_apart(x, y))
+          clash =
+              concat("q and k views overlap: ", where_views_meet(x_name, batch_rows(x), y_name, batch_rows(y)),
+                     "; a q output may not share a row with k, nor a k output with q");
+      };
+      meet(q_out, qn.out, k_in, kn.in);
+      meet(q_out, qn.out, k_out, kn.out);
+      meet(k_out, kn.out, q_in, qn.in);
+      return clash;
+    });
   }
 
   std::vector<KernelArgs<T>> calls;
   calls.reserve(pieces.size());
-  for (const Piece<T>& x : pieces) {
+  bool table = true;  // every piece reads a table: its rows can be set now
+  for (const Piece<T, P>& x : pieces) {
     StreamArgs<T> q = make_stream(x.q_in, StridedLayout{x.tokens, s.heads, x.q_in_ts, q_in.strides.head}, x.q_out,
                                   StridedLayout{x.tokens, s.heads, x.q_out_ts, q_out.strides.head});
     StreamArgs<T> k;
     if (has_k)
       k = make_stream(x.k_in, StridedLayout{x.tokens, k_in.shape.heads, x.k_in_ts, k_in.strides.head}, x.k_out,
                       StridedLayout{x.tokens, k_in.shape.heads, x.k_out_ts, k_out.strides.head});
-    calls.push_back(make_args(rope, q, k, x.tokens, x.positions, dir));
-    std::string e = check_call(calls.back());
-    if (!e.empty() && pieces.size() > 1) e = concat("sequence ", &x - pieces.data(), ": ", e);
-    report(checked, e);
+    KernelArgs<T> a = call_args(r.head_dim(), r.rotary_dim(), r.pairing(), q, k, x.tokens, dir);
+    rotator_traits<R>::with_rows(r, x.positions, dir, [&](const auto& src) {
+      require(checked, [&] {
+        std::string e = check_call(a);
+        if (e.empty()) e = src.check(a.tokens, has_k);
+        if (!e.empty() && pieces.size() > 1) e = concat("sequence ", &x - pieces.data(), ": ", e);
+        return e;
+      });
+      if constexpr (std::decay_t<decltype(src)>::kTable) {
+        a.rows = src.rows();
+      } else {
+        table = false;
+      }
+    });
+    calls.push_back(a);
   }
-  const bool cached = calls.front().generator == nullptr;
-  if (calls.size() > 1 && cached && q_in.strides.batch < q_in.strides.seq) {
+  if (calls.size() > 1 && table && q_in.strides.batch < q_in.strides.seq) {
     run_interleaved(calls, parallel);
-  } else if (calls.size() > 1 && cached && parallel) {
+  } else if (calls.size() > 1 && table && parallel) {
     run_sequences(calls, parallel);
   } else {
-    for (const KernelArgs<T>& a : calls) run(a, parallel);
+    for (std::size_t i = 0; i < calls.size(); ++i)
+      rotator_traits<R>::with_rows(r, pieces[i].positions, dir,
+                                   [&](const auto& src) { run(src, calls[i], parallel); });
   }
 }
 
 // Packed THD: tokens x heads views; every sequence is a token range, so one dispatch.
-template <class T>
-void varlen_qk(bool checked, const Rope<T>& rope, const T* q_in, const StridedLayout& qil, T* q_out,
-               const StridedLayout& qol, const T* k_in, const StridedLayout& kil, T* k_out, const StridedLayout& kol,
-               const CuSeqlens& cu, const SequencePositions& pos, Direction dir, const ParallelFor& parallel) {
+template <class R, class T>
+void varlen_qk(bool checked, const R& r, const T* q_in, const StridedLayout& qil, T* q_out, const StridedLayout& qol,
+               const T* k_in, const StridedLayout& kil, T* k_out, const StridedLayout& kol, const CuSeqlens& cu,
+               const batch_positions_t<R>& pos, Direction dir, const ParallelFor& parallel) {
   std::vector<std::int64_t> lengths;
-  std::string m = check_cu_seqlens(cu, qil.tokens, lengths);
-  if (m.empty()) m = pos.check(lengths, qil.tokens);
-  report(checked, m);
-  std::vector<std::int64_t> expanded;
-  Positions p = Positions::contiguous(0);
-  if (pos.kind() == SequencePositions::Kind::per_token) {
-    p = pos.token_array();
-  } else {
-    expanded = token_positions(pos, lengths);
-    p = Positions(expanded);
-  }
-  strided_qk<T>(checked, rope, q_in, qil, q_out, qol, k_in, kil, k_out, kol, p, dir, parallel);
+  require(checked, [&] {
+    std::string m = check_cu_seqlens(cu, qil.tokens, lengths);
+    if (m.empty()) m = check_batch_positions(pos, lengths, qil.tokens);
+    return m;
+  });
+  if (!checked) check_cu_seqlens(cu, qil.tokens, lengths);  // the lengths, unvalidated in release builds
+  const auto plan = plan_positions(pos, lengths, true);
+  strided_qk<R, T>(checked, r, q_in, qil, q_out, qol, k_in, kil, k_out, kol,
+                   plan.whole(lengths.empty() ? 0 : lengths.front()), dir, parallel);
 }
 
 }  // namespace detail
@@ -612,111 +668,111 @@ void varlen_qk(bool checked, const Rope<T>& rope, const T* q_in, const StridedLa
 // ---- batched 4-d tensors ----------------------------------------------------------------------
 
 // Out of place (or in place when out is the same view as in), any strides with inner stride 1.
-template <class T>
-void apply_batch(const Rope<T>& rope, const BatchView<const detail::identity_t<T>>& in,
-                 const BatchView<detail::identity_t<T>>& out, const SequencePositions& positions,
+ROTARY_DETAIL_ROTATOR_TEMPLATE
+void apply_batch(const R& rope, const BatchView<const detail::identity_t<T>>& in,
+                 const BatchView<detail::identity_t<T>>& out, const detail::batch_positions_t<R>& positions,
                  Direction dir = Direction::forward, const ParallelFor& parallel = {}) {
-  detail::batch_qk<T>(true, rope, in, out, {}, {}, positions, dir, parallel);
+  detail::batch_qk<R, T>(true, rope, in, out, {}, {}, positions, dir, parallel);
 }
 
-template <class T>
-void apply_batch(const Rope<T>& rope, const BatchView<detail::identity_t<T>>& x, const SequencePositions& positions,
+ROTARY_DETAIL_ROTATOR_TEMPLATE
+void apply_batch(const R& rope, const BatchView<detail::identity_t<T>>& x, const detail::batch_positions_t<R>& positions,
                  Direction dir = Direction::forward, const ParallelFor& parallel = {}) {
-  detail::batch_qk<T>(true, rope, x, x, {}, {}, positions, dir, parallel);
+  detail::batch_qk<R, T>(true, rope, x, x, {}, {}, positions, dir, parallel);
 }
 
 // In place on a dense tensor of `layout` (bshd, bhsd, sbhd; thd = bshd for equal lengths).
-template <class T>
-void apply_batch(const Rope<T>& rope, Layout layout, detail::identity_t<T>* x, const BatchShape& shape,
-                 const SequencePositions& positions, Direction dir = Direction::forward,
+ROTARY_DETAIL_ROTATOR_TEMPLATE
+void apply_batch(const R& rope, Layout layout, detail::identity_t<T>* x, const BatchShape& shape,
+                 const detail::batch_positions_t<R>& positions, Direction dir = Direction::forward,
                  const ParallelFor& parallel = {}) {
   const BatchView<T> v(x, layout, shape);
-  detail::batch_qk<T>(true, rope, v, v, {}, {}, positions, dir, parallel);
+  detail::batch_qk<R, T>(true, rope, v, v, {}, {}, positions, dir, parallel);
 }
 
-template <class T>
-void apply_batch_unchecked(const Rope<T>& rope, const BatchView<const detail::identity_t<T>>& in,
-                           const BatchView<detail::identity_t<T>>& out, const SequencePositions& positions,
+ROTARY_DETAIL_ROTATOR_TEMPLATE
+void apply_batch_unchecked(const R& rope, const BatchView<const detail::identity_t<T>>& in,
+                           const BatchView<detail::identity_t<T>>& out, const detail::batch_positions_t<R>& positions,
                            Direction dir = Direction::forward, const ParallelFor& parallel = {}) {
-  detail::batch_qk<T>(false, rope, in, out, {}, {}, positions, dir, parallel);
+  detail::batch_qk<R, T>(false, rope, in, out, {}, {}, positions, dir, parallel);
 }
 
 // Fused q+k: q and k share batch and seq, each with its own heads (GQA/MQA). k_in.shape.heads == 0:
 // no key.
-template <class T>
-void apply_qk_batch(const Rope<T>& rope, const BatchView<const detail::identity_t<T>>& q_in,
+ROTARY_DETAIL_ROTATOR_TEMPLATE
+void apply_qk_batch(const R& rope, const BatchView<const detail::identity_t<T>>& q_in,
                     const BatchView<detail::identity_t<T>>& q_out, const BatchView<const detail::identity_t<T>>& k_in,
-                    const BatchView<detail::identity_t<T>>& k_out, const SequencePositions& positions,
+                    const BatchView<detail::identity_t<T>>& k_out, const detail::batch_positions_t<R>& positions,
                     Direction dir = Direction::forward, const ParallelFor& parallel = {}) {
-  detail::batch_qk<T>(true, rope, q_in, q_out, k_in, k_out, positions, dir, parallel);
+  detail::batch_qk<R, T>(true, rope, q_in, q_out, k_in, k_out, positions, dir, parallel);
 }
 
-template <class T>
-void apply_qk_batch(const Rope<T>& rope, const BatchView<detail::identity_t<T>>& q,
-                    const BatchView<detail::identity_t<T>>& k, const SequencePositions& positions,
+ROTARY_DETAIL_ROTATOR_TEMPLATE
+void apply_qk_batch(const R& rope, const BatchView<detail::identity_t<T>>& q,
+                    const BatchView<detail::identity_t<T>>& k, const detail::batch_positions_t<R>& positions,
                     Direction dir = Direction::forward, const ParallelFor& parallel = {}) {
-  detail::batch_qk<T>(true, rope, q, q, k, k, positions, dir, parallel);
+  detail::batch_qk<R, T>(true, rope, q, q, k, k, positions, dir, parallel);
 }
 
 // Dense q (q_shape) and k (same batch, seq, head_dim; k_heads heads; 0 = no key, k ignored), in place.
-template <class T>
-void apply_qk_batch(const Rope<T>& rope, Layout layout, detail::identity_t<T>* q, const BatchShape& q_shape,
-                    detail::identity_t<T>* k, std::int64_t k_heads, const SequencePositions& positions,
+ROTARY_DETAIL_ROTATOR_TEMPLATE
+void apply_qk_batch(const R& rope, Layout layout, detail::identity_t<T>* q, const BatchShape& q_shape,
+                    detail::identity_t<T>* k, std::int64_t k_heads, const detail::batch_positions_t<R>& positions,
                     Direction dir = Direction::forward, const ParallelFor& parallel = {}) {
   const BatchView<T> qv(q, layout, q_shape);
   BatchView<T> kv;
   if (k_heads != 0) kv = BatchView<T>(k, layout, BatchShape{q_shape.batch, q_shape.seq, k_heads, q_shape.head_dim});
-  detail::batch_qk<T>(true, rope, qv, qv, kv, kv, positions, dir, parallel);
+  detail::batch_qk<R, T>(true, rope, qv, qv, kv, kv, positions, dir, parallel);
 }
 
-template <class T>
-void apply_qk_batch_unchecked(const Rope<T>& rope, const BatchView<const detail::identity_t<T>>& q_in,
+ROTARY_DETAIL_ROTATOR_TEMPLATE
+void apply_qk_batch_unchecked(const R& rope, const BatchView<const detail::identity_t<T>>& q_in,
                               const BatchView<detail::identity_t<T>>& q_out,
                               const BatchView<const detail::identity_t<T>>& k_in,
-                              const BatchView<detail::identity_t<T>>& k_out, const SequencePositions& positions,
+                              const BatchView<detail::identity_t<T>>& k_out, const detail::batch_positions_t<R>& positions,
                               Direction dir = Direction::forward, const ParallelFor& parallel = {}) {
-  detail::batch_qk<T>(false, rope, q_in, q_out, k_in, k_out, positions, dir, parallel);
+  detail::batch_qk<R, T>(false, rope, q_in, q_out, k_in, k_out, positions, dir, parallel);
 }
 
 // ---- packed variable-length sequences (THD) ---------------------------------------------------
 
 // x: total_tokens x heads rows (layout.tokens = cu_seqlens[batch]); sequence b is tokens
 // [cu_seqlens[b], cu_seqlens[b+1]). Empty sequences are allowed.
-template <class T>
-void apply_varlen(const Rope<T>& rope, const detail::identity_t<T>* in, const StridedLayout& in_layout,
+ROTARY_DETAIL_ROTATOR_TEMPLATE
+void apply_varlen(const R& rope, const detail::identity_t<T>* in, const StridedLayout& in_layout,
                   detail::identity_t<T>* out, const StridedLayout& out_layout, const CuSeqlens& cu_seqlens,
-                  const SequencePositions& positions, Direction dir = Direction::forward,
+                  const detail::batch_positions_t<R>& positions, Direction dir = Direction::forward,
                   const ParallelFor& parallel = {}) {
-  detail::varlen_qk<T>(true, rope, in, in_layout, out, out_layout, nullptr, StridedLayout{}, nullptr,
+  detail::varlen_qk<R, T>(true, rope, in, in_layout, out, out_layout, nullptr, StridedLayout{}, nullptr,
                        StridedLayout{}, cu_seqlens, positions, dir, parallel);
 }
 
-template <class T>
-void apply_varlen(const Rope<T>& rope, detail::identity_t<T>* x, const StridedLayout& layout,
-                  const CuSeqlens& cu_seqlens, const SequencePositions& positions,
+ROTARY_DETAIL_ROTATOR_TEMPLATE
+void apply_varlen(const R& rope, detail::identity_t<T>* x, const StridedLayout& layout,
+                  const CuSeqlens& cu_seqlens, const detail::batch_positions_t<R>& positions,
                   Direction dir = Direction::forward, const ParallelFor& parallel = {}) {
-  detail::varlen_qk<T>(true, rope, x, layout, x, layout, nullptr, StridedLayout{}, nullptr, StridedLayout{},
+  detail::varlen_qk<R, T>(true, rope, x, layout, x, layout, nullptr, StridedLayout{}, nullptr, StridedLayout{},
                        cu_seqlens, positions, dir, parallel);
 }
 
 // Fused q+k; k_layout.heads == 0: no key.
-template <class T>
-void apply_qk_varlen(const Rope<T>& rope, const detail::identity_t<T>* q_in, const StridedLayout& q_in_layout,
+ROTARY_DETAIL_ROTATOR_TEMPLATE
+void apply_qk_varlen(const R& rope, const detail::identity_t<T>* q_in, const StridedLayout& q_in_layout,
                      detail::identity_t<T>* q_out, const StridedLayout& q_out_layout,
                      const detail::identity_t<T>* k_in, const StridedLayout& k_in_layout,
                      detail::identity_t<T>* k_out, const StridedLayout& k_out_layout, const CuSeqlens& cu_seqlens,
-                     const SequencePositions& positions, Direction dir = Direction::forward,
+                     const detail::batch_positions_t<R>& positions, Direction dir = Direction::forward,
                      const ParallelFor& parallel = {}) {
-  detail::varlen_qk<T>(true, rope, q_in, q_in_layout, q_out, q_out_layout, k_in, k_in_layout, k_out, k_out_layout,
+  detail::varlen_qk<R, T>(true, rope, q_in, q_in_layout, q_out, q_out_layout, k_in, k_in_layout, k_out, k_out_layout,
                        cu_seqlens, positions, dir, parallel);
 }
 
-template <class T>
-void apply_qk_varlen(const Rope<T>& rope, detail::identity_t<T>* q, const StridedLayout& q_layout,
+ROTARY_DETAIL_ROTATOR_TEMPLATE
+void apply_qk_varlen(const R& rope, detail::identity_t<T>* q, const StridedLayout& q_layout,
                      detail::identity_t<T>* k, const StridedLayout& k_layout, const CuSeqlens& cu_seqlens,
-                     const SequencePositions& positions, Direction dir = Direction::forward,
+                     const detail::batch_positions_t<R>& positions, Direction dir = Direction::forward,
                      const ParallelFor& parallel = {}) {
-  detail::varlen_qk<T>(true, rope, q, q_layout, q, q_layout, k, k_layout, k, k_layout, cu_seqlens, positions, dir,
+  detail::varlen_qk<R, T>(true, rope, q, q_layout, q, q_layout, k, k_layout, k, k_layout, cu_seqlens, positions, dir,
                        parallel);
 }
 

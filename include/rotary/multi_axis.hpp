@@ -40,14 +40,10 @@
 //       permuted to half_split / rotate_half).
 //   3-D video: mrope or axial maps over 3 streams (t, h, w); grid_positions() makes the positions.
 //
-// Entry points (mirroring apply.hpp; the Rope argument is a MultiAxisRope, positions AxisPositions):
-//   apply(mrope, x, positions, heads[, dir, parallel])                  in place, Eigen rows
-//   apply(mrope, in, out, positions, heads[, dir, parallel])            out of place
-//   apply_unchecked(...)                                                both forms, no validation
-//   apply_strided(mrope, in, in_layout, out, out_layout, positions[, dir, parallel])   and in place
-//   apply_strided_unchecked(...)
-//   apply_qk(mrope, q, k, positions, q_heads, k_heads[, dir, parallel])  fused, GQA/MQA, and out of
-//   apply_qk_strided(...), apply_qk_strided_unchecked(...)              place; k_heads 0: no key
+// Entry points: a MultiAxisRope is a rotator, so every entry point of apply.hpp and layouts.hpp
+// takes it in place of a Rope, with AxisPositions in place of Positions (apply, apply_strided,
+// apply_qk, apply_qk_strided, their out-of-place and *_unchecked forms, apply_batch and
+// apply_varlen with per-token AxisPositions in the batch's memory order).
 // Checked: everything apply() checks (shapes, strides, overlapping rows, partial in/out overlap, q/k
 // overlap) plus: positions' stream count = the map's, tokens per stream = the tensor's tokens, every
 // position of every axis the map uses >= 0 and held by the cache (O(streams x tokens)). Unchecked:
@@ -353,6 +349,22 @@ class AxisPositions {
   std::int64_t tokens() const noexcept { return tokens_; }
   bool is_null(int axis) const noexcept { return p_[static_cast<std::size_t>(axis)] == nullptr; }
 
+  // Tokens [first, first + count) of every stream (unchecked: within tokens()).
+  AxisPositions slice(std::int64_t first, std::int64_t count) const noexcept {
+    ROTARY_ASSERT(first >= 0 && count >= 0 && first + count <= tokens_);
+    AxisPositions p = *this;
+    p.tokens_ = count;
+    for (int a = 0; a < streams_; ++a) {
+      const void* q = p_[static_cast<std::size_t>(a)];
+      if (q == nullptr) continue;
+      p.p_[static_cast<std::size_t>(a)] =
+          kind_ == Kind::int32
+              ? static_cast<const void*>(static_cast<const std::int32_t*>(q) + first * token_stride_)
+              : static_cast<const void*>(static_cast<const std::int64_t*>(q) + first * token_stride_);
+    }
+    return p;
+  }
+
   // Token t's position on `axis` (unchecked).
   std::int64_t operator()(int axis, std::int64_t t) const noexcept {
     const void* p = p_[static_cast<std::size_t>(axis)];
@@ -646,188 +658,39 @@ std::string check_axis_positions(const MultiAxisRope<T>& r, const AxisPositions&
   return {};
 }
 
-template <class C>
-const C* row_placeholder() noexcept {
-  static const C zero = C(0);
-  return &zero;
-}
-
+// The driver's row source of a multi-axis call: each block's rows gathered from the table, or
+// exact (MultiAxisRope::fill_rows).
 template <class T>
-void multi_axis_call(bool checked, const MultiAxisRope<T>& r, const StreamArgs<T>& q, const StreamArgs<T>& k,
-                     std::int64_t tokens, const AxisPositions& p, Direction dir,
-                     const ParallelFor& parallel) {
+struct AxisRows {
   using C = compute_t<T>;
-  KernelArgs<T> a;
-  a.q = q;
-  a.k = k;
-  a.tokens = tokens;
-  a.head_dim = r.head_dim();
-  a.rotary_dim = r.rotary_dim();
-  a.pairing = r.pairing();
-  a.inverse = dir == Direction::inverse;
-  a.rows = row_placeholder<C>();  // a row source for check_call; the blocks below bring the real rows
-  if (checked) {
-    throw_if(check_call(a));
-    throw_if(check_axis_positions(r, p, tokens));
-  } else {
-    ROTARY_ASSERT_MESSAGE(check_call(a));
-    ROTARY_ASSERT_MESSAGE(check_axis_positions(r, p, tokens));
+  static constexpr bool kTable = false;
+  static constexpr std::int64_t kBlock = MultiAxisRope<T>::kBlock;
+  using Scratch = std::vector<double>;
+  const MultiAxisRope<T>* rope;
+  const AxisPositions* positions;
+  std::string check(std::int64_t tokens, bool /*fused*/) const {
+    return check_axis_positions(*rope, *positions, tokens);
   }
-  run_with_row_blocks(
-      a,
-      [&r, &p](std::int64_t begin, std::int64_t end, C* rows, double* scratch) {
-        r.fill_rows(p, begin, end, rows, scratch);
-      },
-      parallel);
-}
-
-template <class T>
-void multi_axis_strided(bool checked, const MultiAxisRope<T>& r, const T* in, const StridedLayout& il, T* out,
-                        const StridedLayout& ol, const AxisPositions& p, Direction dir,
-                        const ParallelFor& parallel) {
-  const std::string m = check_layouts("", il, ol);
-  if (checked) {
-    throw_if(m);
-  } else {
-    ROTARY_ASSERT_MESSAGE(m);
+  Scratch scratch() const { return Scratch(static_cast<std::size_t>(rope->rotary_dim())); }
+  static constexpr bool separate_key_rows() noexcept { return false; }
+  void fill(std::int64_t from, std::int64_t /*t0*/, std::int64_t t1, C* rows, C* /*key_rows*/,
+            Scratch& scratch) const noexcept {
+    rope->fill_rows(*positions, from, t1, rows, scratch.data());
   }
-  multi_axis_call(checked, r, make_stream(in, il, out, ol), StreamArgs<T>{}, il.tokens, p, dir, parallel);
-}
-
-template <class T>
-void multi_axis_strided_qk(bool checked, const MultiAxisRope<T>& r, const T* q_in, const StridedLayout& qil,
-                           T* q_out, const StridedLayout& qol, const T* k_in, const StridedLayout& kil,
-                           T* k_out, const StridedLayout& kol, const AxisPositions& p, Direction dir,
-                           const ParallelFor& parallel) {
-  std::string m = check_layouts("q ", qil, qol);
-  if (m.empty()) m = check_layouts("k ", kil, kol);
-  if (m.empty() && kil.heads > 0 && kil.tokens != qil.tokens)
-    m = concat("q has ", qil.tokens, " tokens but k has ", kil.tokens);
-  if (checked) {
-    throw_if(m);
-  } else {
-    ROTARY_ASSERT_MESSAGE(m);
-  }
-  StreamArgs<T> k;
-  if (kil.heads > 0) k = make_stream(k_in, kil, k_out, kol);
-  multi_axis_call(checked, r, make_stream(q_in, qil, q_out, qol), k, qil.tokens, p, dir, parallel);
-}
+};
 
 }  // namespace detail
 
-// ---- raw pointers + strides -----------------------------------------------------------------------
-
+// A MultiAxisRope is a rotator (apply.hpp): every entry point takes it, with AxisPositions.
 template <class T>
-void apply_strided(const MultiAxisRope<T>& rope, const detail::identity_t<T>* in,
-                   const StridedLayout& in_layout, detail::identity_t<T>* out,
-                   const StridedLayout& out_layout, const AxisPositions& positions,
-                   Direction dir = Direction::forward, const ParallelFor& parallel = {}) {
-  detail::multi_axis_strided<T>(true, rope, in, in_layout, out, out_layout, positions, dir, parallel);
-}
-
-template <class T>
-void apply_strided(const MultiAxisRope<T>& rope, detail::identity_t<T>* x, const StridedLayout& layout,
-                   const AxisPositions& positions, Direction dir = Direction::forward,
-                   const ParallelFor& parallel = {}) {
-  detail::multi_axis_strided<T>(true, rope, x, layout, x, layout, positions, dir, parallel);
-}
-
-template <class T>
-void apply_strided_unchecked(const MultiAxisRope<T>& rope, const detail::identity_t<T>* in,
-                             const StridedLayout& in_layout, detail::identity_t<T>* out,
-                             const StridedLayout& out_layout, const AxisPositions& positions,
-                             Direction dir = Direction::forward, const ParallelFor& parallel = {}) {
-  detail::multi_axis_strided<T>(false, rope, in, in_layout, out, out_layout, positions, dir, parallel);
-}
-
-// Fused q+k over raw buffers. k_in_layout.heads == 0: no key (k pointers ignored).
-template <class T>
-void apply_qk_strided(const MultiAxisRope<T>& rope, const detail::identity_t<T>* q_in,
-                      const StridedLayout& q_in_layout, detail::identity_t<T>* q_out,
-                      const StridedLayout& q_out_layout, const detail::identity_t<T>* k_in,
-                      const StridedLayout& k_in_layout, detail::identity_t<T>* k_out,
-                      const StridedLayout& k_out_layout, const AxisPositions& positions,
-                      Direction dir = Direction::forward, const ParallelFor& parallel = {}) {
-  detail::multi_axis_strided_qk<T>(true, rope, q_in, q_in_layout, q_out, q_out_layout, k_in, k_in_layout,
-                                   k_out, k_out_layout, positions, dir, parallel);
-}
-
-template <class T>
-void apply_qk_strided_unchecked(const MultiAxisRope<T>& rope, const detail::identity_t<T>* q_in,
-                                const StridedLayout& q_in_layout, detail::identity_t<T>* q_out,
-                                const StridedLayout& q_out_layout, const detail::identity_t<T>* k_in,
-                                const StridedLayout& k_in_layout, detail::identity_t<T>* k_out,
-                                const StridedLayout& k_out_layout, const AxisPositions& positions,
-                                Direction dir = Direction::forward, const ParallelFor& parallel = {}) {
-  detail::multi_axis_strided_qk<T>(false, rope, q_in, q_in_layout, q_out, q_out_layout, k_in, k_in_layout,
-                                   k_out, k_out_layout, positions, dir, parallel);
-}
-
-// ---- Eigen rows: (tokens * heads) x head_dim, row-major, outer stride allowed -------------------
-
-template <class T>
-void apply(const MultiAxisRope<T>& rope, detail::identity_t<RowsRef<T>> x, const AxisPositions& positions,
-           std::int64_t heads, Direction dir = Direction::forward, const ParallelFor& parallel = {}) {
-  const StridedLayout l = detail::layout_of(true, x, heads, rope.head_dim(), "x");
-  detail::multi_axis_strided<T>(true, rope, x.data(), l, x.data(), l, positions, dir, parallel);
-}
-
-template <class T>
-void apply(const MultiAxisRope<T>& rope, detail::identity_t<ConstRowsRef<T>> in,
-           detail::identity_t<RowsRef<T>> out, const AxisPositions& positions, std::int64_t heads,
-           Direction dir = Direction::forward, const ParallelFor& parallel = {}) {
-  const StridedLayout il = detail::layout_of(true, in, heads, rope.head_dim(), "input");
-  const StridedLayout ol = detail::layout_of(true, out, heads, rope.head_dim(), "output");
-  detail::multi_axis_strided<T>(true, rope, in.data(), il, out.data(), ol, positions, dir, parallel);
-}
-
-template <class T>
-void apply_unchecked(const MultiAxisRope<T>& rope, detail::identity_t<RowsRef<T>> x,
-                     const AxisPositions& positions, std::int64_t heads, Direction dir = Direction::forward,
-                     const ParallelFor& parallel = {}) {
-  const StridedLayout l = detail::layout_of(false, x, heads, rope.head_dim(), "x");
-  detail::multi_axis_strided<T>(false, rope, x.data(), l, x.data(), l, positions, dir, parallel);
-}
-
-template <class T>
-void apply_unchecked(const MultiAxisRope<T>& rope, detail::identity_t<ConstRowsRef<T>> in,
-                     detail::identity_t<RowsRef<T>> out, const AxisPositions& positions, std::int64_t heads,
-                     Direction dir = Direction::forward, const ParallelFor& parallel = {}) {
-  const StridedLayout il = detail::layout_of(false, in, heads, rope.head_dim(), "input");
-  const StridedLayout ol = detail::layout_of(false, out, heads, rope.head_dim(), "output");
-  detail::multi_axis_strided<T>(false, rope, in.data(), il, out.data(), ol, positions, dir, parallel);
-}
-
-// Fused q+k in place: q is (tokens*q_heads) x head_dim, k is (tokens*k_heads) x head_dim.
-// k_heads == 0: no key (k is ignored).
-template <class T>
-void apply_qk(const MultiAxisRope<T>& rope, detail::identity_t<RowsRef<T>> q,
-              detail::identity_t<RowsRef<T>> k, const AxisPositions& positions, std::int64_t q_heads,
-              std::int64_t k_heads, Direction dir = Direction::forward, const ParallelFor& parallel = {}) {
-  const StridedLayout ql = detail::layout_of(true, q, q_heads, rope.head_dim(), "q");
-  StridedLayout kl;
-  if (k_heads != 0) kl = detail::layout_of(true, k, k_heads, rope.head_dim(), "k");
-  detail::multi_axis_strided_qk<T>(true, rope, q.data(), ql, q.data(), ql, k.data(), kl, k.data(), kl,
-                                   positions, dir, parallel);
-}
-
-// Fused q+k out of place.
-template <class T>
-void apply_qk(const MultiAxisRope<T>& rope, detail::identity_t<ConstRowsRef<T>> q_in,
-              detail::identity_t<RowsRef<T>> q_out, detail::identity_t<ConstRowsRef<T>> k_in,
-              detail::identity_t<RowsRef<T>> k_out, const AxisPositions& positions, std::int64_t q_heads,
-              std::int64_t k_heads, Direction dir = Direction::forward, const ParallelFor& parallel = {}) {
-  const StridedLayout qil = detail::layout_of(true, q_in, q_heads, rope.head_dim(), "q input");
-  const StridedLayout qol = detail::layout_of(true, q_out, q_heads, rope.head_dim(), "q output");
-  StridedLayout kil;
-  StridedLayout kol;
-  if (k_heads != 0) {
-    kil = detail::layout_of(true, k_in, k_heads, rope.head_dim(), "k input");
-    kol = detail::layout_of(true, k_out, k_heads, rope.head_dim(), "k output");
+struct rotator_traits<MultiAxisRope<T>> {
+  using value_type = T;
+  using positions_type = AxisPositions;
+  template <class F>
+  static void with_rows(const MultiAxisRope<T>& r, const AxisPositions& p, Direction /*dir*/, F&& f) {
+    f(detail::AxisRows<T>{&r, &p});
   }
-  detail::multi_axis_strided_qk<T>(true, rope, q_in.data(), qil, q_out.data(), qol, k_in.data(), kil,
-                                   k_out.data(), kol, positions, dir, parallel);
-}
+};
 
 }  // namespace rotary
 

@@ -37,6 +37,7 @@
 #include "config.hpp"
 #include "detail/exact_angle.hpp"
 #include "detail/format.hpp"
+#include "detail/driver.hpp"
 #include "detail/kernel_args.hpp"
 #include "dtype.hpp"
 #include "parallel.hpp"
@@ -54,33 +55,34 @@ inline std::vector<Turns> turns_of(const std::vector<double>& theta) {
   return t;
 }
 
-// Runs the kernels over a validated call whose cos/sin rows come from fill(t, row) (row = rotary_dim
-// values in the cache layout). fill must be safe to call concurrently.
-template <class T, class Fill>
-void run_with_rows(const KernelArgs<T>& a, const Fill& fill, const ParallelFor& parallel) {
-  run_with_row_blocks(
-      a,
-      [&a, &fill](std::int64_t begin, std::int64_t end, compute_t<T>* rows, double* /*scratch*/) {
-        for (std::int64_t u = begin; u < end; ++u) fill(u, rows + (u - begin) * a.rotary_dim);
-      },
-      parallel);
-}
+// The driver's row source of a re-rotation: token t's row from row_of(t, row) (rotary_dim values in
+// the cache layout; safe to call concurrently), made per block like cache-free rows.
+template <class C, class RowOf>
+struct PerTokenRows {
+  static constexpr bool kTable = false;
+  static constexpr std::int64_t kBlock = RowGenerator<C>::kBlock;
+  struct Scratch {};
+  const RowOf* row_of;
+  std::int64_t rotary_dim;
+  Positions positions;  // checked like apply()'s (the re-rotation's positions, or contiguous)
+  std::string check(std::int64_t tokens, bool /*fused*/) const {
+    return check_positions(positions, tokens, static_cast<const CosSinCache<C>*>(nullptr));
+  }
+  static Scratch scratch() noexcept { return {}; }
+  static constexpr bool separate_key_rows() noexcept { return false; }
+  void fill(std::int64_t from, std::int64_t t0, std::int64_t t1, C* rows, C* /*key_rows*/,
+            Scratch& /*scratch*/) const {
+    for (std::int64_t t = t0; t < t1; ++t) (*row_of)(t, rows + (t - from) * rotary_dim);
+  }
+};
 
-// One in-place tensor with rows supplied by the caller; validated like apply() (positions as given).
-template <class T>
-KernelArgs<T> rerotate_args(const Rope<T>& rope, T* x, const StridedLayout& l, const Positions& positions) {
-  KernelArgs<T> a;
-  a.q = make_stream<T>(x, l, x, l);
-  a.tokens = l.tokens;
-  a.head_dim = rope.head_dim();
-  a.rotary_dim = rope.rotary_dim();
-  a.pairing = rope.pairing();
-  a.inverse = false;
-  a.positions = positions;
-  static const compute_t<T> placeholder = compute_t<T>(0);
-  a.rows = &placeholder;  // rows are filled per block by run_with_rows; check_call needs a row source
-  throw_if(check_call(a, "keys"));
-  return a;
+// Keys in place, validated like apply() ("keys"), rows from row_of.
+template <class T, class RowOf>
+void rerotate_rows(const Rope<T>& rope, T* x, const StridedLayout& l, const Positions& positions,
+                   const RowOf& row_of, const ParallelFor& parallel) {
+  const KernelArgs<T> a = call_args(rope.head_dim(), rope.rotary_dim(), rope.pairing(), make_stream<T>(x, l, x, l),
+                                    StreamArgs<T>{}, l.tokens, Direction::forward);
+  drive(true, PerTokenRows<compute_t<T>, RowOf>{&row_of, rope.rotary_dim(), positions}, a, parallel, "keys");
 }
 
 // Row of the rotation by delta*theta_j (exact for any int64 delta).
@@ -118,11 +120,11 @@ void rerotate_row(std::int64_t m, const std::vector<Turns>& a, const std::vector
 template <class T>
 void shift_impl(const Rope<T>& rope, T* x, const StridedLayout& l, std::int64_t delta, const ParallelFor& parallel) {
   using C = compute_t<T>;
-  const KernelArgs<T> a = rerotate_args(rope, x, l, Positions::contiguous(0));
   std::vector<C> row(static_cast<std::size_t>(rope.rotary_dim()));
   shift_row(delta, turns_of(rope.cache().theta()), row.data());
   const std::size_t bytes = row.size() * sizeof(C);
-  run_with_rows(a, [&row, bytes](std::int64_t, C* out) { std::memcpy(out, row.data(), bytes); }, parallel);
+  const auto row_of = [&row, bytes](std::int64_t, C* out) { std::memcpy(out, row.data(), bytes); };
+  rerotate_rows(rope, x, l, Positions::contiguous(0), row_of, parallel);
 }
 
 template <class T>
@@ -131,10 +133,10 @@ void shift_impl(const Rope<T>& rope, T* x, const StridedLayout& l, const Positio
   using C = compute_t<T>;
   if (deltas.is_contiguous())
     throw error("deltas must be an int32/int64 array, one per token (for one shift of all tokens pass an integer)");
-  throw_if(check_position_array(deltas, l.tokens, "deltas"));
-  const KernelArgs<T> a = rerotate_args(rope, x, l, Positions::contiguous(0));
+  require(true, [&] { return check_position_array(deltas, l.tokens, "deltas"); });
   const std::vector<Turns> turns = turns_of(rope.cache().theta());
-  run_with_rows(a, [&turns, &deltas](std::int64_t t, C* out) { shift_row(deltas[t], turns, out); }, parallel);
+  const auto row_of = [&turns, &deltas](std::int64_t t, C* out) { shift_row(deltas[t], turns, out); };
+  rerotate_rows(rope, x, l, Positions::contiguous(0), row_of, parallel);
 }
 
 template <class T>
@@ -145,14 +147,14 @@ void rerotate_impl(const Rope<T>& from, const Rope<T>& to, T* x, const StridedLa
     throw error(concat("rerotate: the two ropes differ in geometry (head_dim ", from.head_dim(), " vs ",
                        to.head_dim(), ", rotary_dim ", from.rotary_dim(), " vs ", to.rotary_dim(),
                        ", pairing ", from.pairing() == to.pairing() ? "same" : "different", ")"));
-  const KernelArgs<T> a = rerotate_args(from, x, l, positions);
   const double scale = (to.cache().attention_factor_folded() ? to.cache().attention_factor() : 1.0) /
                        (from.cache().attention_factor_folded() ? from.cache().attention_factor() : 1.0);
   const std::vector<Turns> ta = turns_of(from.cache().theta());
   const std::vector<Turns> tb = turns_of(to.cache().theta());
-  run_with_rows(
-      a, [&ta, &tb, &positions, scale](std::int64_t t, C* out) { rerotate_row(positions[t], ta, tb, scale, out); },
-      parallel);
+  const auto row_of = [&ta, &tb, &positions, scale](std::int64_t t, C* out) {
+    rerotate_row(positions[t], ta, tb, scale, out);
+  };
+  rerotate_rows(from, x, l, positions, row_of, parallel);
 }
 
 }  // namespace detail

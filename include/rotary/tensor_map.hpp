@@ -29,33 +29,33 @@ BatchShape shape_of(Layout layout, const Dims& d) {
   }
 }
 
-template <class T>
-void apply_batch(const Rope<T>& rope, Layout layout, TensorMap4<detail::identity_t<T>> x,
-                 const SequencePositions& positions, Direction dir = Direction::forward,
+ROTARY_DETAIL_ROTATOR_TEMPLATE
+void apply_batch(const R& rope, Layout layout, TensorMap4<detail::identity_t<T>> x,
+                 const detail::batch_positions_t<R>& positions, Direction dir = Direction::forward,
                  const ParallelFor& parallel = {}) {
-  apply_batch<T>(rope, layout, x.data(), shape_of(layout, x.dimensions()), positions, dir, parallel);
+  apply_batch(rope, layout, x.data(), shape_of(layout, x.dimensions()), positions, dir, parallel);
 }
 
 // Fused q+k in place; k may be an empty map (no key, e.g. TensorMap4<T>(nullptr, 0, 0, 0, 0)).
-template <class T>
-void apply_qk_batch(const Rope<T>& rope, Layout layout, TensorMap4<detail::identity_t<T>> q,
-                    TensorMap4<detail::identity_t<T>> k, const SequencePositions& positions,
+ROTARY_DETAIL_ROTATOR_TEMPLATE
+void apply_qk_batch(const R& rope, Layout layout, TensorMap4<detail::identity_t<T>> q,
+                    TensorMap4<detail::identity_t<T>> k, const detail::batch_positions_t<R>& positions,
                     Direction dir = Direction::forward, const ParallelFor& parallel = {}) {
   const BatchShape qs = shape_of(layout, q.dimensions());
   const BatchView<T> qv(q.data(), layout, qs);
   BatchView<T> kv;
   if (k.size() != 0) kv = BatchView<T>(k.data(), layout, shape_of(layout, k.dimensions()));
-  apply_qk_batch<T>(rope, qv, kv, positions, dir, parallel);
+  apply_qk_batch(rope, qv, kv, positions, dir, parallel);
 }
 
-template <class T>
-void apply_varlen(const Rope<T>& rope, TensorMap3<detail::identity_t<T>> x, const CuSeqlens& cu_seqlens,
-                  const SequencePositions& positions, Direction dir = Direction::forward,
+ROTARY_DETAIL_ROTATOR_TEMPLATE
+void apply_varlen(const R& rope, TensorMap3<detail::identity_t<T>> x, const CuSeqlens& cu_seqlens,
+                  const detail::batch_positions_t<R>& positions, Direction dir = Direction::forward,
                   const ParallelFor& parallel = {}) {
   if (x.dimension(2) != rope.head_dim())
     throw error(detail::concat("thd tensor head_dim (", x.dimension(2), ") != rope head_dim (", rope.head_dim(), ")"));
   const StridedLayout l{x.dimension(0), x.dimension(1), x.dimension(1) * x.dimension(2), x.dimension(2)};
-  apply_varlen<T>(rope, x.data(), l, cu_seqlens, positions, dir, parallel);
+  apply_varlen(rope, x.data(), l, cu_seqlens, positions, dir, parallel);
 }
 
 }  // namespace rotary

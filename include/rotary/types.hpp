@@ -2,6 +2,8 @@
 #ifndef ROTARY_TYPES_HPP
 #define ROTARY_TYPES_HPP
 
+#include <cstddef>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -19,6 +21,15 @@ enum class Pairing { interleaved, half_split };
 // forward rotates by +m*theta; inverse by -m*theta. The inverse is also the backward pass: the
 // gradient of a rotation is its transpose.
 enum class Direction { forward, inverse };
+
+// Geometry of a raw buffer: head row (t, h) starts at ptr + t*token_stride + h*head_stride
+// (elements), and holds head_dim contiguous elements.
+struct StridedLayout {
+  std::int64_t tokens = 0;
+  std::int64_t heads = 0;
+  std::ptrdiff_t token_stride = 0;
+  std::ptrdiff_t head_stride = 0;
+};
 
 // Every checked entry point reports bad input with this type; the message names the argument and
 // its value.

@@ -50,7 +50,8 @@
 // *other* role's inverse: the gradient of apply_q is apply_k(..., Direction::inverse) with the same
 // positions and centre, and vice versa.
 //
-// Entry points (members of XPos<T>; layouts, positions, heads and ParallelFor as in apply.hpp):
+// Entry points: xpos.queries(center) and xpos.keys(center) are rotators, taken by every entry point of
+// apply.hpp and layouts.hpp (batches, varlen, TensorMaps included); and, as members of XPos<T>:
 //   apply_q(x | in, out, positions, heads[, center, dir, parallel])            queries
 //   apply_k(x | in, out, positions, heads[, center, dir, parallel])            keys
 //   apply_qk(q, k | q_in, q_out, k_in, k_out, positions, q_heads, k_heads[, center, dir, parallel])
@@ -84,6 +85,15 @@
 #include "types.hpp"
 
 namespace rotary {
+
+template <class T>
+class XPos;
+template <class T>
+class XPosView;
+namespace detail {
+template <class T>
+struct XPosRows;
+}  // namespace detail
 
 template <class T>
 class XPos {
@@ -174,25 +184,31 @@ class XPos {
                                -static_cast<long double>(log2_zeta_.front()));
   }
 
+  // This xPos as a rotator (apply.hpp) for the query or the key role, with centre `center`: every
+  // entry point takes it (apply, apply_strided, apply_qk, apply_qk_strided, apply_batch,
+  // apply_varlen, ...; checked and unchecked). In fused q+k calls the key heads take the key role.
+  XPosView<T> queries(double center = 0.0) const noexcept { return XPosView<T>(*this, true, center); }
+  XPosView<T> keys(double center = 0.0) const noexcept { return XPosView<T>(*this, false, center); }
+
   // ---- Eigen rows: (tokens * heads) x head_dim, row-major, outer stride allowed -------------------
 
   void apply_q(RowsRef<T> x, const Positions& positions, std::int64_t heads, double center = 0.0,
                Direction dir = Direction::forward, const ParallelFor& parallel = {}) const {
-    one_eigen(true, Role::query, x, x, positions, heads, center, dir, parallel, "x", "x");
+    rotary::apply(queries(center), x, positions, heads, dir, parallel);
   }
   void apply_q(ConstRowsRef<T> in, RowsRef<T> out, const Positions& positions, std::int64_t heads,
                double center = 0.0, Direction dir = Direction::forward,
                const ParallelFor& parallel = {}) const {
-    one_eigen(true, Role::query, in, out, positions, heads, center, dir, parallel, "input", "output");
+    rotary::apply(queries(center), in, out, positions, heads, dir, parallel);
   }
   void apply_k(RowsRef<T> x, const Positions& positions, std::int64_t heads, double center = 0.0,
                Direction dir = Direction::forward, const ParallelFor& parallel = {}) const {
-    one_eigen(true, Role::key, x, x, positions, heads, center, dir, parallel, "x", "x");
+    rotary::apply(keys(center), x, positions, heads, dir, parallel);
   }
   void apply_k(ConstRowsRef<T> in, RowsRef<T> out, const Positions& positions, std::int64_t heads,
                double center = 0.0, Direction dir = Direction::forward,
                const ParallelFor& parallel = {}) const {
-    one_eigen(true, Role::key, in, out, positions, heads, center, dir, parallel, "input", "output");
+    rotary::apply(keys(center), in, out, positions, heads, dir, parallel);
   }
 
   // Fused q+k in place: q is (tokens*q_heads) x head_dim, k is (tokens*k_heads) x head_dim; each
@@ -200,12 +216,12 @@ class XPos {
   void apply_qk(RowsRef<T> q, RowsRef<T> k, const Positions& positions, std::int64_t q_heads,
                 std::int64_t k_heads, double center = 0.0, Direction dir = Direction::forward,
                 const ParallelFor& parallel = {}) const {
-    qk_eigen(true, q, q, k, k, positions, q_heads, k_heads, center, dir, parallel);
+    rotary::apply_qk(queries(center), q, k, positions, q_heads, k_heads, dir, parallel);
   }
   void apply_qk(ConstRowsRef<T> q_in, RowsRef<T> q_out, ConstRowsRef<T> k_in, RowsRef<T> k_out,
                 const Positions& positions, std::int64_t q_heads, std::int64_t k_heads, double center = 0.0,
                 Direction dir = Direction::forward, const ParallelFor& parallel = {}) const {
-    qk_eigen(true, q_in, q_out, k_in, k_out, positions, q_heads, k_heads, center, dir, parallel);
+    rotary::apply_qk(queries(center), q_in, q_out, k_in, k_out, positions, q_heads, k_heads, dir, parallel);
   }
 
   // ---- raw pointers + strides ---------------------------------------------------------------------
@@ -213,20 +229,20 @@ class XPos {
   void apply_q_strided(const T* in, const StridedLayout& in_layout, T* out, const StridedLayout& out_layout,
                        const Positions& positions, double center = 0.0, Direction dir = Direction::forward,
                        const ParallelFor& parallel = {}) const {
-    one(true, Role::query, in, in_layout, out, out_layout, positions, center, dir, parallel);
+    rotary::apply_strided(queries(center), in, in_layout, out, out_layout, positions, dir, parallel);
   }
   void apply_q_strided(T* x, const StridedLayout& layout, const Positions& positions, double center = 0.0,
                        Direction dir = Direction::forward, const ParallelFor& parallel = {}) const {
-    one(true, Role::query, x, layout, x, layout, positions, center, dir, parallel);
+    rotary::apply_strided(queries(center), x, layout, positions, dir, parallel);
   }
   void apply_k_strided(const T* in, const StridedLayout& in_layout, T* out, const StridedLayout& out_layout,
                        const Positions& positions, double center = 0.0, Direction dir = Direction::forward,
                        const ParallelFor& parallel = {}) const {
-    one(true, Role::key, in, in_layout, out, out_layout, positions, center, dir, parallel);
+    rotary::apply_strided(keys(center), in, in_layout, out, out_layout, positions, dir, parallel);
   }
   void apply_k_strided(T* x, const StridedLayout& layout, const Positions& positions, double center = 0.0,
                        Direction dir = Direction::forward, const ParallelFor& parallel = {}) const {
-    one(true, Role::key, x, layout, x, layout, positions, center, dir, parallel);
+    rotary::apply_strided(keys(center), x, layout, positions, dir, parallel);
   }
   // k_in_layout.heads == 0: no key (k pointers ignored).
   void apply_qk_strided(const T* q_in, const StridedLayout& q_in_layout, T* q_out,
@@ -234,46 +250,46 @@ class XPos {
                         T* k_out, const StridedLayout& k_out_layout, const Positions& positions,
                         double center = 0.0, Direction dir = Direction::forward,
                         const ParallelFor& parallel = {}) const {
-    qk(true, q_in, q_in_layout, q_out, q_out_layout, k_in, k_in_layout, k_out, k_out_layout, positions,
-       center, dir, parallel);
+    rotary::apply_qk_strided(queries(center), q_in, q_in_layout, q_out, q_out_layout, k_in, k_in_layout, k_out,
+                             k_out_layout, positions, dir, parallel);
   }
 
   // ---- unchecked: no validation in release builds (ROTARY_ASSERT in debug) -----------------------
 
   void apply_q_unchecked(RowsRef<T> x, const Positions& positions, std::int64_t heads, double center = 0.0,
                          Direction dir = Direction::forward, const ParallelFor& parallel = {}) const {
-    one_eigen(false, Role::query, x, x, positions, heads, center, dir, parallel, "x", "x");
+    rotary::apply_unchecked(queries(center), x, positions, heads, dir, parallel);
   }
   void apply_q_unchecked(ConstRowsRef<T> in, RowsRef<T> out, const Positions& positions, std::int64_t heads,
                          double center = 0.0, Direction dir = Direction::forward,
                          const ParallelFor& parallel = {}) const {
-    one_eigen(false, Role::query, in, out, positions, heads, center, dir, parallel, "input", "output");
+    rotary::apply_unchecked(queries(center), in, out, positions, heads, dir, parallel);
   }
   void apply_k_unchecked(RowsRef<T> x, const Positions& positions, std::int64_t heads, double center = 0.0,
                          Direction dir = Direction::forward, const ParallelFor& parallel = {}) const {
-    one_eigen(false, Role::key, x, x, positions, heads, center, dir, parallel, "x", "x");
+    rotary::apply_unchecked(keys(center), x, positions, heads, dir, parallel);
   }
   void apply_k_unchecked(ConstRowsRef<T> in, RowsRef<T> out, const Positions& positions, std::int64_t heads,
                          double center = 0.0, Direction dir = Direction::forward,
                          const ParallelFor& parallel = {}) const {
-    one_eigen(false, Role::key, in, out, positions, heads, center, dir, parallel, "input", "output");
+    rotary::apply_unchecked(keys(center), in, out, positions, heads, dir, parallel);
   }
   void apply_qk_unchecked(RowsRef<T> q, RowsRef<T> k, const Positions& positions, std::int64_t q_heads,
                           std::int64_t k_heads, double center = 0.0, Direction dir = Direction::forward,
                           const ParallelFor& parallel = {}) const {
-    qk_eigen(false, q, q, k, k, positions, q_heads, k_heads, center, dir, parallel);
+    rotary::apply_qk_unchecked(queries(center), q, k, positions, q_heads, k_heads, dir, parallel);
   }
   void apply_q_strided_unchecked(const T* in, const StridedLayout& in_layout, T* out,
                                  const StridedLayout& out_layout, const Positions& positions,
                                  double center = 0.0, Direction dir = Direction::forward,
                                  const ParallelFor& parallel = {}) const {
-    one(false, Role::query, in, in_layout, out, out_layout, positions, center, dir, parallel);
+    rotary::apply_strided_unchecked(queries(center), in, in_layout, out, out_layout, positions, dir, parallel);
   }
   void apply_k_strided_unchecked(const T* in, const StridedLayout& in_layout, T* out,
                                  const StridedLayout& out_layout, const Positions& positions,
                                  double center = 0.0, Direction dir = Direction::forward,
                                  const ParallelFor& parallel = {}) const {
-    one(false, Role::key, in, in_layout, out, out_layout, positions, center, dir, parallel);
+    rotary::apply_strided_unchecked(keys(center), in, in_layout, out, out_layout, positions, dir, parallel);
   }
   void apply_qk_strided_unchecked(const T* q_in, const StridedLayout& q_in_layout, T* q_out,
                                   const StridedLayout& q_out_layout, const T* k_in,
@@ -281,8 +297,8 @@ class XPos {
                                   const StridedLayout& k_out_layout, const Positions& positions,
                                   double center = 0.0, Direction dir = Direction::forward,
                                   const ParallelFor& parallel = {}) const {
-    qk(false, q_in, q_in_layout, q_out, q_out_layout, k_in, k_in_layout, k_out, k_out_layout, positions,
-       center, dir, parallel);
+    rotary::apply_qk_strided_unchecked(queries(center), q_in, q_in_layout, q_out, q_out_layout, k_in,
+                                       k_in_layout, k_out, k_out_layout, positions, dir, parallel);
   }
 
  private:
@@ -371,10 +387,10 @@ class XPos {
     return {};
   }
 
-  // Rows of tokens [t0, t1) for the roles asked (null: not needed), in the cache layout. The state
-  // is anchored at token `from` (<= t0, t1 - from <= kBlock) and advanced from there, rows being
-  // written from t0 on: with `from` the start of the aligned block holding t0, every token's row is
-  // the same bits however the tokens are split over threads. state: 3 * pairs() values of W.
+  // Rows of tokens [t0, t1) for the roles asked (null: not needed), in the cache layout, token t's at
+  // (t - from) rows from the start. The state is anchored at token `from` (<= t0, t1 - from <= kBlock)
+  // and advanced from there: with `from` the start of the aligned block holding t0, every token's
+  // row is the same bits however the tokens are split over threads. state: 3 * pairs() values of W.
   void fill(const Positions& p, std::int64_t from, std::int64_t t0, std::int64_t t1, double center,
             Direction dir, C* q_rows, C* k_rows, W* state) const noexcept {
     const std::int64_t h = pairs();
@@ -410,7 +426,7 @@ class XPos {
       }
       prev = m;
       if (t < t0) continue;
-      const std::int64_t r = (t - t0) * 2 * h;
+      const std::int64_t r = (t - from) * 2 * h;
       // Only the factor a row needs: the other may be 0 or inf where this one is in range.
       if (q_rows != nullptr) write_row(c, s, f, h, a, q_up, q_rows + r);
       if (k_rows != nullptr) write_row(c, s, f, h, a, !q_up, k_rows + r);
@@ -434,137 +450,8 @@ class XPos {
     }
   }
 
-  // A validated call: a.q carries `first`'s rows; a.k, if present, the key rows. The kernel is chosen
-  // once; each block's rows are computed once and each stream is swept with its own rows.
-  void run(const detail::KernelArgs<T>& a, Role first, double center, Direction dir,
-           const ParallelFor& parallel) const {
-    const detail::Kernel<T> kernel = detail::select_kernel<T>();
-    const auto blocks = [this, &a, first, center, dir, kernel](std::int64_t begin, std::int64_t end) {
-      const std::size_t row_count = static_cast<std::size_t>(kBlock * a.rotary_dim);
-      const bool fused = a.k.heads > 0;
-      std::vector<C> rows_a(row_count);
-      std::vector<C> rows_b(fused ? row_count : 0);
-      std::vector<W> state(static_cast<std::size_t>(3 * pairs()));
-      detail::KernelArgs<T> qa = a;
-      qa.k = detail::StreamArgs<T>{};
-      qa.rows = rows_a.data();
-      detail::KernelArgs<T> ka = a;
-      if (fused) {
-        ka.q = a.k;
-        ka.k = detail::StreamArgs<T>{};
-        ka.rows = rows_b.data();
-      }
-      C* q_rows = first == Role::query ? rows_a.data() : nullptr;
-      C* k_rows = first == Role::key ? rows_a.data() : (fused ? rows_b.data() : nullptr);
-      // Blocks aligned to multiples of kBlock tokens (see fill): a range that starts mid-block replays
-      // the recurrence from the block's anchor.
-      for (std::int64_t t = begin, stop = 0; t < end; t = stop) {
-        const std::int64_t from = t / kBlock * kBlock;
-        stop = std::min(end, from + kBlock);
-        fill(a.positions, from, t, stop, center, dir, q_rows, k_rows, state.data());
-        qa.rows_token0 = t;
-        kernel(qa, t, stop);
-        if (fused) {
-          ka.rows_token0 = t;
-          kernel(ka, t, stop);
-        }
-      }
-    };
-    if (!parallel || a.tokens < 2) {
-      blocks(0, a.tokens);
-    } else {
-      parallel(a.tokens, blocks);
-    }
-  }
-
-  detail::KernelArgs<T> args(const detail::StreamArgs<T>& q, const detail::StreamArgs<T>& k,
-                             std::int64_t tokens, const Positions& positions, Direction dir) const noexcept {
-    detail::KernelArgs<T> a;
-    a.q = q;
-    a.k = k;
-    a.tokens = tokens;
-    a.head_dim = head_dim();
-    a.rotary_dim = rotary_dim();
-    a.pairing = pairing();
-    a.inverse = dir == Direction::inverse;
-    a.positions = positions;
-    static const C placeholder = C(0);
-    a.rows = &placeholder;  // rows are filled per block by run(); check_call needs a row source
-    return a;
-  }
-
-  void execute(bool checked, const detail::KernelArgs<T>& a, Role first, double center, Direction dir,
-               const ParallelFor& parallel) const {
-    const auto validate = [&]() {
-      std::string m = detail::check_call(a);
-      if (m.empty()) m = check_center(center);
-      if (m.empty())
-        m = check_range(a.positions, a.tokens, center, dir, first == Role::query,
-                        first == Role::key || a.k.heads > 0);
-      return m;
-    };
-    if (checked) {
-      detail::throw_if(validate());
-    } else {
-      ROTARY_ASSERT_MESSAGE(validate());
-    }
-    run(a, first, center, dir, parallel);
-  }
-
-  static void require(bool checked, const std::string& m) {
-    if (checked) {
-      detail::throw_if(m);
-    } else {
-      ROTARY_ASSERT_MESSAGE(m);
-    }
-  }
-
-  void one(bool checked, Role role, const T* in, const StridedLayout& il, T* out, const StridedLayout& ol,
-           const Positions& positions, double center, Direction dir, const ParallelFor& parallel) const {
-    require(checked, detail::check_layouts("", il, ol));
-    execute(checked,
-            args(detail::make_stream(in, il, out, ol), detail::StreamArgs<T>{}, il.tokens, positions, dir),
-            role, center, dir, parallel);
-  }
-
-  template <class In, class Out>
-  void one_eigen(bool checked, Role role, const In& in, Out& out, const Positions& positions,
-                 std::int64_t heads, double center, Direction dir, const ParallelFor& parallel,
-                 const char* in_name, const char* out_name) const {
-    const StridedLayout il = detail::layout_of(checked, in, heads, head_dim(), in_name);
-    const StridedLayout ol = detail::layout_of(checked, out, heads, head_dim(), out_name);
-    one(checked, role, in.data(), il, out.data(), ol, positions, center, dir, parallel);
-  }
-
-  void qk(bool checked, const T* q_in, const StridedLayout& qil, T* q_out, const StridedLayout& qol,
-          const T* k_in, const StridedLayout& kil, T* k_out, const StridedLayout& kol,
-          const Positions& positions, double center, Direction dir, const ParallelFor& parallel) const {
-    std::string m = detail::check_layouts("q ", qil, qol);
-    if (m.empty()) m = detail::check_layouts("k ", kil, kol);
-    if (m.empty() && kil.heads > 0 && kil.tokens != qil.tokens)
-      m = detail::concat("q has ", qil.tokens, " tokens but k has ", kil.tokens);
-    require(checked, m);
-    detail::StreamArgs<T> k;
-    if (kil.heads > 0) k = detail::make_stream(k_in, kil, k_out, kol);
-    execute(checked, args(detail::make_stream(q_in, qil, q_out, qol), k, qil.tokens, positions, dir),
-            Role::query, center, dir, parallel);
-  }
-
-  template <class QIn, class QOut, class KIn, class KOut>
-  void qk_eigen(bool checked, const QIn& q_in, QOut& q_out, const KIn& k_in, KOut& k_out,
-                const Positions& positions, std::int64_t q_heads, std::int64_t k_heads, double center,
-                Direction dir, const ParallelFor& parallel) const {
-    const StridedLayout qil = detail::layout_of(checked, q_in, q_heads, head_dim(), "q input");
-    const StridedLayout qol = detail::layout_of(checked, q_out, q_heads, head_dim(), "q output");
-    StridedLayout kil;
-    StridedLayout kol;
-    if (k_heads != 0) {
-      kil = detail::layout_of(checked, k_in, k_heads, head_dim(), "k input");
-      kol = detail::layout_of(checked, k_out, k_heads, head_dim(), "k output");
-    }
-    qk(checked, q_in.data(), qil, q_out.data(), qol, k_in.data(), kil, k_out.data(), kol, positions, center,
-       dir, parallel);
-  }
+  template <class>
+  friend struct detail::XPosRows;
 
   RotarySpec spec_;
   Frequencies freq_;
@@ -577,6 +464,70 @@ class XPos {
   std::vector<W> step_cos_;  // e^{i theta_j}: the rotation's step
   std::vector<W> step_sin_;
   W log2_attention_ = 0;
+};
+
+// An XPos in one role (queries or keys) with one centre: a rotator (apply.hpp). XPos::queries() and
+// XPos::keys() make them; the XPos must outlive the view.
+template <class T>
+class XPosView {
+ public:
+  XPosView(const XPos<T>& xpos, bool queries, double center) noexcept
+      : xpos_(&xpos), queries_(queries), center_(center) {}
+  const XPos<T>& xpos() const noexcept { return *xpos_; }
+  bool queries() const noexcept { return queries_; }
+  double center() const noexcept { return center_; }
+  std::int64_t head_dim() const noexcept { return xpos_->head_dim(); }
+  std::int64_t rotary_dim() const noexcept { return xpos_->rotary_dim(); }
+  Pairing pairing() const noexcept { return xpos_->pairing(); }
+
+ private:
+  const XPos<T>* xpos_;
+  bool queries_;
+  double center_;
+};
+
+namespace detail {
+
+// The driver's row source of an xPos call: per block, the rotation times the role's decay factors;
+// a query view's fused keys get key rows of their own.
+template <class T>
+struct XPosRows {
+  using X = XPos<T>;
+  using C = typename X::compute_type;
+  static constexpr bool kTable = false;
+  static constexpr std::int64_t kBlock = X::kBlock;
+  using Scratch = std::vector<typename X::wide_type>;
+  const X* xpos;
+  Positions positions;
+  double center;
+  Direction dir;
+  bool queries;
+
+  std::string check(std::int64_t tokens, bool fused) const {
+    std::string m = check_positions(positions, tokens, static_cast<const CosSinCache<C>*>(nullptr));
+    if (m.empty()) m = X::check_center(center);
+    if (m.empty()) m = xpos->check_range(positions, tokens, center, dir, queries, !queries || fused);
+    return m;
+  }
+  Scratch scratch() const { return Scratch(static_cast<std::size_t>(3 * xpos->pairs())); }
+  bool separate_key_rows() const noexcept { return queries; }
+  void fill(std::int64_t from, std::int64_t t0, std::int64_t t1, C* rows, C* key_rows,
+            Scratch& scratch) const noexcept {
+    xpos->fill(positions, from, t0, t1, center, dir, queries ? rows : nullptr, queries ? key_rows : rows,
+               scratch.data());
+  }
+};
+
+}  // namespace detail
+
+template <class T>
+struct rotator_traits<XPosView<T>> {
+  using value_type = T;
+  using positions_type = Positions;
+  template <class F>
+  static void with_rows(const XPosView<T>& v, const Positions& p, Direction dir, F&& f) {
+    f(detail::XPosRows<T>{&v.xpos(), p, v.center(), dir, v.queries()});
+  }
 };
 
 }  // namespace rotary

@@ -442,17 +442,14 @@ std::string qk_clash(const KernelArgs<T>& a) {
   return {};
 }
 
-// x_name: what the caller calls a single tensor rotated in place ("x", "keys").
+// The shapes of a call: counts, rotary_dim, every stream's strides and extents, in/out and q/k
+// overlap. Positions are the row source's to check (driver.hpp). x_name: what the caller calls a
+// single tensor rotated in place ("x", "keys").
 template <class T>
 std::string check_call(const KernelArgs<T>& a, const char* x_name = "x") {
-  if (a.cache == nullptr && a.rows == nullptr && a.generator == nullptr) return "no cos/sin cache";
   if (a.tokens < 0) return concat("tokens (", a.tokens, ") must be >= 0");
   if (a.q.heads < 1) return concat("heads (", a.q.heads, ") must be >= 1");
   if (a.k.heads < 0) return concat("key heads (", a.k.heads, ") must be >= 0");
-  if (a.cache != nullptr && a.rotary_dim != a.cache->rotary_dim())
-    return concat("rotary_dim (", a.rotary_dim, ") != cache rotary_dim (", a.cache->rotary_dim(), ")");
-  if (a.generator != nullptr && a.rotary_dim != 2 * a.generator->pairs())
-    return concat("rotary_dim (", a.rotary_dim, ") != frequencies' rotary_dim (", 2 * a.generator->pairs(), ")");
   if (a.rotary_dim % 2 != 0 || a.rotary_dim > a.head_dim || a.rotary_dim <= 0)
     return concat("rotary_dim (", a.rotary_dim, ") must be even, positive and <= head_dim (",
                   a.head_dim, ")");
@@ -463,9 +460,21 @@ std::string check_call(const KernelArgs<T>& a, const char* x_name = "x") {
     m = check_stream("k", a.k, a.tokens, a.head_dim, x_name);
     if (!m.empty()) return m;
     m = qk_clash(a);
-    if (!m.empty()) return m;
   }
-  return check_positions(a.positions, a.tokens, a.cache);
+  return m;
+}
+
+// The one throw-or-assert idiom: `check` returns "" or what is wrong. Checked calls run it and
+// throw rotary::error with its message; unchecked ones run it only in debug builds (no NDEBUG),
+// printing the message and failing a ROTARY_ASSERT, so release builds pay nothing.
+template <class Check>
+void require(bool checked, const Check& check) {
+  if (checked) {
+    const auto& message = check();  // a string, or a reference to one
+    if (!message.empty()) throw error(message);
+  } else {
+    ROTARY_ASSERT_MESSAGE(check());
+  }
 }
 
 }  // namespace rotary::detail

@@ -12,7 +12,6 @@
 #include "../dtype.hpp"
 #include "../positions.hpp"
 #include "../types.hpp"
-#include "rows_on_the_fly.hpp"
 
 namespace rotary::detail {
 
@@ -36,6 +35,48 @@ struct StreamArgs {
   }
 };
 
+// Where a kernel reads token t's cos/sin row (rotary_dim/2 cos values, then rotary_dim/2 sin
+// values): the one row source every kernel sees, whatever produced the rows.
+//   a table indexed by position (a CosSinCache, or a caller's table of this layout): row
+//     base + (positions[t] - first) * stride; a cache of listed positions (CosSinCache::for_positions)
+//     is looked up through `listed` instead;
+//   rows made for a block of tokens (cache-free, multi-axis, xPos, re-rotation): positions
+//     contiguous from 0 and first = the block's first token, so row t is base + (t - first) * stride.
+template <class C>
+struct RowSource {
+  const C* base = nullptr;
+  std::ptrdiff_t stride = 0;
+  std::int64_t first = 0;
+  const CosSinCache<C>* listed = nullptr;
+  Positions positions = Positions::contiguous();
+
+  // The rows of a cache, looked up by these positions.
+  static RowSource table(const CosSinCache<C>& cache, const Positions& p) noexcept {
+    RowSource s;
+    s.base = cache.data();
+    s.stride = cache.rotary_dim();
+    s.first = cache.begin_position();
+    s.listed = cache.is_range() ? nullptr : &cache;
+    s.positions = p;
+    return s;
+  }
+  // Rows of consecutive tokens from token0 on, `stride` apart.
+  static RowSource block(const C* rows, std::ptrdiff_t stride, std::int64_t token0) noexcept {
+    RowSource s;
+    s.base = rows;
+    s.stride = stride;
+    s.first = token0;
+    return s;
+  }
+
+  const C* row(std::int64_t t) const noexcept {
+    const std::int64_t p = positions[t];
+    const std::int64_t r = listed != nullptr ? listed->row_index(p) : p - first;
+    ROTARY_ASSERT(r >= 0);
+    return base + r * stride;
+  }
+};
+
 // T is the storage type; C = compute_t<T> the type of cos/sin and of the arithmetic.
 template <class T>
 struct KernelArgs {
@@ -47,23 +88,12 @@ struct KernelArgs {
   std::int64_t rotary_dim = 0;
   Pairing pairing = Pairing::half_split;
   bool inverse = false;
-  // cos/sin rows: looked up in `cache` by position, unless `rows` is set: then token t's row is
-  // rows + (t - rows_token0) * rotary_dim (rows computed on the fly for a block of tokens).
-  const CosSinCache<C>* cache = nullptr;
-  Positions positions = Positions::contiguous();
-  const C* rows = nullptr;
-  std::int64_t rows_token0 = 0;
-  // Cache-free calls: the driver fills `rows` block by block from this generator; cache is null.
-  const RowGenerator<C>* generator = nullptr;
+  RowSource<C> rows;  // set by the driver just before the kernels run
 
   std::int64_t total_heads() const noexcept { return q.heads + k.heads; }
 
   // The cos/sin row of token t: rotary_dim/2 cos values, then rotary_dim/2 sin values.
-  const C* cos_sin_row(std::int64_t t) const noexcept {
-    if (rows != nullptr) return rows + (t - rows_token0) * rotary_dim;
-    ROTARY_ASSERT(cache != nullptr);  // cache-free calls reach kernels only with rows filled
-    return cache->row_at(cache->row_index(positions[t]));
-  }
+  const C* cos_sin_row(std::int64_t t) const noexcept { return rows.row(t); }
 };
 
 // Head h of token t over q's heads then k's: h < q.heads is q's head h, else k's head h - q.heads.
