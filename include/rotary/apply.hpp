@@ -28,9 +28,9 @@
 
 #include "cache.hpp"
 #include "config.hpp"
-#include "detail/checks.hpp"
-#include "detail/driver.hpp"
-#include "detail/kernel_args.hpp"
+#include "detail/driver/checks.hpp"
+#include "detail/driver/driver.hpp"
+#include "detail/kernels/kernel_args.hpp"
 #include "dtype.hpp"
 #include "parallel.hpp"
 #include "positions.hpp"
@@ -52,7 +52,7 @@ using ConstRowsRef = Eigen::Ref<const RowMatrix<T>, 0, Eigen::OuterStride<>>;
 // A rotator is anything the entry points below accept as their first argument: Rope<T> (here),
 // MultiAxisRope<T> (multi_axis.hpp), XPos<T>'s query and key views (xpos.hpp). It has head_dim(),
 // rotary_dim() and pairing(), and a rotator_traits specialisation naming its storage type, its
-// positions type and how it makes a call's row source (detail/driver.hpp):
+// positions type and how it makes a call's row source (detail/driver/driver.hpp):
 //   template <class F> static void with_rows(const R&, const positions_type&, Direction, F&& f)
 // calls f(source) once. Every entry point family (in place / out of place, Eigen rows / strided /
 // batch / varlen, q / q+k, checked / unchecked) is written once, below and in layouts.hpp, for all.

@@ -77,7 +77,7 @@
 #include "config.hpp"
 #include "detail/exact_angle.hpp"
 #include "detail/format.hpp"
-#include "detail/kernel_args.hpp"
+#include "detail/kernels/kernel_args.hpp"
 #include "dtype.hpp"
 #include "frequencies.hpp"
 #include "parallel.hpp"

@@ -35,7 +35,7 @@
 #include <type_traits>
 
 #include "../convert.hpp"
-#include "../kernel_args.hpp"
+#include "kernel_args.hpp"
 #include "scalar.hpp"
 
 #if ROTARY_NEON_KERNELS

@@ -13,7 +13,7 @@
 
 #include "../../dispatch.hpp"
 #include "../../dtype.hpp"
-#include "../kernel_args.hpp"
+#include "kernel_args.hpp"
 #include "avx2.hpp"
 #include "avx512.hpp"
 #include "neon.hpp"

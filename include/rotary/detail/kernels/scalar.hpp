@@ -15,7 +15,7 @@
 #include <cstring>
 
 #include "../convert.hpp"
-#include "../kernel_args.hpp"
+#include "kernel_args.hpp"
 
 namespace rotary::detail::scalar {
 

@@ -19,7 +19,7 @@
 #ifndef ROTARY_DETAIL_DRIVER_HPP
 #define ROTARY_DETAIL_DRIVER_HPP
 
-#include "guard.hpp"
+#include "../guard.hpp"
 
 #include <algorithm>
 #include <cstddef>
@@ -27,17 +27,17 @@
 #include <string>
 #include <vector>
 
-#include "../cache.hpp"
-#include "../dispatch.hpp"
-#include "../dtype.hpp"
-#include "../parallel.hpp"
-#include "../positions.hpp"
-#include "../types.hpp"
+#include "../../cache.hpp"
+#include "../../dispatch.hpp"
+#include "../../dtype.hpp"
+#include "../../parallel.hpp"
+#include "../../positions.hpp"
+#include "../../types.hpp"
 #include "checks.hpp"
-#include "kernel_args.hpp"
-#include "kernels/registry.hpp"
-#include "kernels/scalar.hpp"
-#include "rows_on_the_fly.hpp"
+#include "../kernels/kernel_args.hpp"
+#include "../kernels/registry.hpp"
+#include "../kernels/scalar.hpp"
+#include "../rows_on_the_fly.hpp"
 
 namespace rotary::detail {
 

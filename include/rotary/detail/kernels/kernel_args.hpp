@@ -2,16 +2,16 @@
 #ifndef ROTARY_DETAIL_KERNEL_ARGS_HPP
 #define ROTARY_DETAIL_KERNEL_ARGS_HPP
 
-#include "guard.hpp"
+#include "../guard.hpp"
 
 #include <cstddef>
 #include <cstdint>
 
-#include "../cache.hpp"
-#include "../config.hpp"
-#include "../dtype.hpp"
-#include "../positions.hpp"
-#include "../types.hpp"
+#include "../../cache.hpp"
+#include "../../config.hpp"
+#include "../../dtype.hpp"
+#include "../../positions.hpp"
+#include "../../types.hpp"
 
 namespace rotary::detail {
 

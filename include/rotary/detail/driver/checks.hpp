@@ -3,7 +3,7 @@
 #ifndef ROTARY_DETAIL_CHECKS_HPP
 #define ROTARY_DETAIL_CHECKS_HPP
 
-#include "guard.hpp"
+#include "../guard.hpp"
 
 #include <algorithm>
 #include <array>
@@ -15,8 +15,8 @@
 #include <utility>
 #include <vector>
 
-#include "format.hpp"
-#include "kernel_args.hpp"
+#include "../format.hpp"
+#include "../kernels/kernel_args.hpp"
 
 namespace rotary::detail {
 
