@@ -2,9 +2,10 @@
 # Static analysis; both tools must be clean.
 #   clang-tidy 14: the checked-in .clang-tidy files (tests/.clang-tidy relaxes two checks for test
 #     TUs); warnings are errors, and diagnostics inside include/rotary count (HeaderFilterRegex).
-#   cppcheck 2.10: warning, performance, portability; inline suppressions only. rotary's headers are
-#     on its include path; GoogleTest's macros come from tests/lint_gtest.cfg (cppcheck does not
-#     read system headers). It checks the two configurations the kernels are built for, x86-64
+#   cppcheck 2.10: warning, performance, portability; inline suppressions only. rotary's headers and
+#     tests/ (support.hpp, for the tests in their topic folders) are on its include path;
+#     GoogleTest's macros come from tests/lint_gtest.cfg (cppcheck does not read system headers).
+#     It checks the two configurations the kernels are built for, x86-64
 #     (AVX2/AVX-512 kernels) and AArch64 (NEON kernels), rather than guessing #ifdef combinations
 #     (its default, which never defines __GNUC__ and __x86_64__ together, so it skipped every x86
 #     kernel, and checked 12 configurations per file).
@@ -30,7 +31,9 @@ build=build/lint
 cmake --preset clang -B "$build" -DCMAKE_EXPORT_COMPILE_COMMANDS=ON -DROTARY_PACKAGE_TESTS=OFF >/dev/null
 jobs=$(nproc)
 
-everything=(examples/*.cpp benchmarks/*.cpp tests/*.cpp)
+# The test sources, by topic folder (tests/README.md).
+tests=(tests/{kernels,api,numerics,validation,config,variants}/*.cpp)
+everything=(examples/*.cpp benchmarks/*.cpp "${tests[@]}")
 if [ "$all" -eq 1 ]; then
   tidy_files=("${everything[@]}")
 else
@@ -39,9 +42,9 @@ else
   # tests cover the rest: rerotate, multi_axis, xpos, linear_attention, gradients, convert_weights,
   # tensor_map and context parallelism (test_layouts).
   tidy_files=(examples/*.cpp benchmarks/*.cpp
-              tests/test_rerotate.cpp tests/test_multi_axis.cpp tests/test_xpos.cpp
-              tests/test_linear_attention.cpp tests/test_gradients.cpp tests/test_convert_weights.cpp
-              tests/test_layouts.cpp)
+              tests/numerics/test_rerotate.cpp tests/variants/test_multi_axis.cpp tests/variants/test_xpos.cpp
+              tests/variants/test_linear_attention.cpp tests/numerics/test_gradients.cpp
+              tests/variants/test_convert_weights.cpp tests/api/test_layouts.cpp)
 fi
 
 status=0
@@ -67,7 +70,7 @@ printf '%s\n' "${tidy_files[@]}" | xargs -P "$jobs" -I{} sh -c "$tidy_one" "$bui
 
 echo "=== rotary: $(cppcheck --version), x86-64 and AArch64, over ${#everything[@]} files ==="
 cppcheck_args=(--std=c++17 --language=c++ --enable=warning,performance,portability --inline-suppr
-               --suppress=missingIncludeSystem --error-exitcode=1 --quiet -j "$jobs" -I include
+               --suppress=missingIncludeSystem --error-exitcode=1 --quiet -j "$jobs" -I include -I tests
                --library=tests/lint_gtest.cfg -D__GNUC__=12)
 cppcheck "${cppcheck_args[@]}" -D__x86_64__ -D_OPENMP "${everything[@]}" || status=1
 cppcheck "${cppcheck_args[@]}" -D__aarch64__ -D__ARM_NEON "${everything[@]}" || status=1

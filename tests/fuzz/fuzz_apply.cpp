@@ -9,7 +9,7 @@
 // ParallelFor splitting the tokens, and the entry point (strided, fused, Eigen, checked or
 // unchecked). Then:
 //   1. every supported ISA (set_max_isa) gives the scalar kernel's result bit for bit (a NaN where
-//      the scalar kernel gives NaN only has to be NaN), as tests/test_simd.cpp asserts;
+//      the scalar kernel gives NaN only has to be NaN), as tests/kernels/test_simd.cpp asserts;
 //   2. the scalar result equals the reference rotation: pass-through coordinates bit for bit, rotated
 //      ones (a) within rotation_tolerance (1 ulp of the compute type of |x0 c| + |x1 s|, plus 1/2 ulp
 //      of f16/bf16 storage) of the long double rotation by the cos/sin row the kernel used, and (b)

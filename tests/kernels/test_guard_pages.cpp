@@ -1,14 +1,24 @@
-// Guard pages around every public entry point that reads or writes user memory.
+// Guard pages around every entry point that reads or writes user memory, as one table.
+//
+// kEntryPoints (below, "the table") has one row per entry point, or family of overloads swept
+// together: its name, the shapes and pairings it meets, and a callable that runs it on guard-page
+// buffers of one shape, storage type and ISA (a method of Fixture<T>). One loop sweeps the table:
+// each test case is one (row, ISA) - every ISA of the registry (rotary::all_isas(): forced with
+// set_max_isa for public entry points; the "kernels" row calls the registry's kernels of that ISA
+// directly, detail::kernel_variants with the avx512 bf16 roundings pinned one by one), skipped where
+// this CPU or build cannot run it - and sweeps f32, f64, f16, bf16 x both flush sides x the row's
+// shapes x its pairings.
 //
 // Every tensor, position array and cu_seqlens array of a call lives in its own buffer between two
 // PROT_NONE pages, sized to exactly the extent of its view: Flush::end puts the last element against
 // the upper guard page (a read or write past the view faults: a missing tail mask, a full-width
 // load of the last pair, a stray prefetch into the next row), Flush::begin puts the first element
-// against the lower one (an under-run faults). Each test case is one (ISA forced with set_max_isa,
-// storage type, flush side); it sweeps head_dim 6, 7, 10, 34, 67, 130 with full and partial
-// rotary_dim (odd pass-through tails included), both pairings, 3 tokens x 3 heads (odd, so no
-// vector width divides the row count), GQA keys (1 head) and no key, int32 / int64 / contiguous
-// positions, forward and inverse, in place and out of place.
+// against the lower one (an under-run faults). Shapes: head_dim 6, 7, 10, 34, 67, 130 with full and
+// partial rotary_dim (odd pass-through tails included; kTailShapes), or, for the kernels and
+// apply_strided, every head_dim remainder the kernels' own test sweeps (2 ... 544) at 1/4 ... 1 of it
+// (every_head_dim()); 3 tokens x 3 heads (odd, so no vector width divides the row count), GQA keys
+// (1 head) and no key, int32 / int64 / contiguous positions, forward and inverse, in place and out
+// of place.
 //
 // A call that does not fault must also be right: the test recomputes every rotated row itself
 // (y0 = fma(x0, c, -(x1 s)), y1 = fma(x1, c, x0 s) in the compute type, with the cos/sin row the
@@ -19,7 +29,8 @@
 // no table to read the rows from; they are compared with rows from an exact table of the same
 // frequencies (or, for re-rotation, the double-precision composition of two such tables) within
 // 8 ulp of the compute type times |x0| + |x1| (+ one storage ulp for f16/bf16): the rows themselves
-// are checked in test_on_the_fly and test_rerotate; here the point is memory access.
+// are checked in test_on_the_fly and test_rerotate; here the point is memory access. The kernels
+// row also requires the scalar kernel's bits (test_simd's contract).
 //
 // The newer headers (multi_axis.hpp, xpos.hpp, linear_attention.hpp, gradients.hpp) are swept the
 // same way, on every shape with one pairing each (alternating), and each of their calls also runs
@@ -28,10 +39,13 @@
 // rows gathered pair by pair from the table (exact) or from an exact table (cache-free), xPos rows
 // from the definition in long double, theta gradients against the formula summed in long double.
 // Their position streams are guarded too (planar int32 / int64, token-major, one buffer per stream;
-// the streams no pair uses point into a guard page).
+// the streams no pair uses point into a guard page). convert_weights.hpp has no kernels: its row
+// runs once (as the scalar case) per storage type, flush side and shape.
 //
-// Not covered here: reads of rotary's own cos/sin table and of scratch rows (heap allocations: the
-// ASan build catches over-reads of them).
+// Elsewhere: zero-sized calls on pointers into a PROT_NONE page (test_edge_cases,
+// EdgeZeroSize.NoAccessNoThrow) and a dense head-major axial multi-axis call (test_multi_axis,
+// MultiAxisStrided.HeadMajorLayoutAndGuardPages). Not covered: reads of rotary's own cos/sin table
+// and of scratch rows (heap allocations: the ASan build catches over-reads of them).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -43,11 +57,13 @@
 #include <functional>
 #include <iterator>
 #include <limits>
+#include <map>
 #include <memory>
 #include <random>
 #include <sstream>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <rotary/gradients.hpp>
@@ -82,28 +98,7 @@ using rotary_test::IsaScope;
 using rotary_test::narrow;
 using rotary_test::same_bits;
 
-// ---- cases --------------------------------------------------------------------------------------
-
-struct GuardCase {
-  Isa isa;
-  DType dtype;
-  Flush flush;
-};
-
-std::string case_name(const GuardCase& c) {
-  return std::string(rotary::to_string(c.isa)) + "_" + dtype_name(c.dtype) +
-         (c.flush == Flush::end ? "_flush_end" : "_flush_begin");
-}
-
-void PrintTo(const GuardCase& c, std::ostream* os) { *os << case_name(c); }
-
-std::vector<GuardCase> all_cases() {
-  std::vector<GuardCase> v;
-  for (const Isa isa : rotary::all_isas())
-    for (const DType d : {DType::f32, DType::f64, DType::f16, DType::bf16})
-      for (const Flush f : {Flush::end, Flush::begin}) v.push_back({isa, d, f});
-  return v;
-}
+// ---- shapes ------------------------------------------------------------------------------------
 
 struct Shape {
   std::int64_t head_dim;
@@ -113,11 +108,41 @@ struct Shape {
 // 0, 4, 0, 16, 35, 0, 64 elements (the last lane group of a row always partial somewhere).
 #if defined(ROTARY_TEST_EMULATED) && ROTARY_TEST_EMULATED
 // Under qemu-user (cross builds) every instruction is emulated: keep one shape per tail kind.
-constexpr Shape kShapes[] = {{7, 6}, {34, 18}, {130, 66}};
+const std::vector<Shape> kTailShapes = {{7, 6}, {34, 18}, {130, 66}};
 #else
-constexpr Shape kShapes[] = {{6, 6},   {6, 4},   {7, 6},   {10, 10},   {10, 6},
-                             {34, 34}, {34, 18}, {67, 32}, {130, 130}, {130, 66}};
+const std::vector<Shape> kTailShapes = {{6, 6},   {6, 4},   {7, 6},   {10, 10},   {10, 6},
+                                        {34, 34}, {34, 18}, {67, 32}, {130, 130}, {130, 66}};
 #endif
+
+// The kernels' own shape list (test_simd): every remainder mod 4, 8 and 16 lanes (MLAS's 6/42/70),
+// the odd 7 and 67 (odd pass-through runs), 258 and 544 (the AVX-512 f32 half_split streaming path,
+// h > 128), each with rotary_dim at 1/4, 1/2, 3/4 and all of head_dim (even, at least 2, no repeats).
+const std::vector<Shape>& every_head_dim() {
+  static const std::vector<Shape> v = [] {
+    std::vector<Shape> r;
+    for (const std::int64_t head_dim :
+         {2, 4, 6, 7, 8, 14, 16, 18, 30, 32, 34, 42, 62, 64, 66, 67, 70, 96, 128, 130, 256, 258, 544})
+      for (const std::int64_t quarters : {1, 2, 3, 4}) {
+        const std::int64_t d = std::max<std::int64_t>(2, (head_dim * quarters / 4) / 2 * 2);
+        if (r.empty() || r.back().head_dim != head_dim || r.back().rotary_dim != d)
+          r.push_back({head_dim, d});
+      }
+    return r;
+  }();
+  return v;
+}
+
+// One run of a table row: the ISA, storage type and flush side of the sweep, and one shape (its
+// index in the row's shape list) with one pairing.
+struct Where {
+  Isa isa;
+  DType dtype;
+  Flush flush;
+  int shape_index;
+  Shape shape;
+  Pairing pairing;
+};
+
 constexpr std::int64_t kTokens = 3;
 constexpr std::int64_t kHeads = 3;
 constexpr std::int64_t kKeyHeads = 1;
@@ -498,6 +523,27 @@ std::string variant_name(const char* base, const Variant& v) {
          ((v.form == Form::qk_eigen || v.form == Form::qk_strided) && !v.with_key ? " no key" : "");
 }
 
+// Every form of a header whose signatures mirror apply.hpp's (multi_axis.hpp, xpos.hpp): each
+// one-tensor form (Eigen rows, then strided) checked then unchecked, in place then out of place; then
+// the fused q+k forms: Eigen rows in place with a key and without, out of place, and unchecked in
+// place where the header has that form; strided out of place, in place without a key, and
+// unchecked in place and out of place.
+std::vector<Variant> every_form(bool unchecked_qk_eigen) {
+  std::vector<Variant> v;
+  for (const Form f : {Form::eigen, Form::strided})
+    for (const bool unchecked : {false, true})
+      for (const bool in_place : {true, false}) v.push_back({f, unchecked, in_place, false});
+  v.push_back({Form::qk_eigen, false, true, true});
+  v.push_back({Form::qk_eigen, false, true, false});
+  v.push_back({Form::qk_eigen, false, false, true});
+  if (unchecked_qk_eigen) v.push_back({Form::qk_eigen, true, true, true});
+  v.push_back({Form::qk_strided, false, false, true});
+  v.push_back({Form::qk_strided, false, true, false});
+  v.push_back({Form::qk_strided, true, true, true});
+  v.push_back({Form::qk_strided, true, false, true});
+  return v;
+}
+
 // Rows of a tensor of tokens x heads, each row ld elements apart (what an Eigen row view describes).
 StridedLayout rows_layout(std::int64_t tokens, std::int64_t heads, std::int64_t ld) {
   return {tokens, heads, heads * ld, ld};
@@ -533,52 +579,97 @@ std::vector<std::int64_t> token_indices(std::int64_t tokens) {
   return v;
 }
 
-// ---- the sweep ----------------------------------------------------------------------------------
+// ---- convert_weights.hpp (no kernels) -----------------------------------------------------------
 
-// Everything one (shape, pairing) of a case needs.
+// The permuted rows must be P W per head (half_split -> interleaved) or P^T W (back), with P from
+// reference::pairing_permutation; W is a guarded row-major or column-major map, the bias a vector.
+template <class T, int Order>
+void convert_guarded(Flush flush, std::int64_t heads, std::int64_t head_dim, std::int64_t rotary_dim) {
+  using Matrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Order>;
+  const Eigen::Index rows = heads * head_dim;
+  const Eigen::Index cols = 5;
+  GuardedBuffer<T> wb(static_cast<std::size_t>(rows * cols), flush);
+  GuardedBuffer<T> bb(static_cast<std::size_t>(rows), flush);
+  for (Eigen::Index i = 0; i < rows * cols; ++i)
+    wb.data()[i] = static_cast<T>(static_cast<float>(i % 251) - 125.0f);
+  for (Eigen::Index i = 0; i < rows; ++i) bb.data()[i] = static_cast<T>(static_cast<float>(i));
+  const Eigen::Map<const Matrix> w(wb.data(), rows, cols);
+  const Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, 1>> bias(bb.data(), rows);
+  const Eigen::MatrixXd p = rotary::reference::pairing_permutation(head_dim, rotary_dim);
+  const auto source_row = [&p, head_dim](Eigen::Index i, bool to_interleaved) {
+    const Eigen::Index head = i / head_dim;
+    const Eigen::Index a = i % head_dim;
+    for (Eigen::Index b = 0; b < head_dim; ++b)
+      if ((to_interleaved ? p(a, b) : p(b, a)) == 1.0) return head * head_dim + b;
+    return Eigen::Index{-1};
+  };
+  const Matrix wi = rotary::permute_rows_half_split_to_interleaved(w, heads, head_dim, rotary_dim);
+  const Matrix wh = rotary::permute_rows_interleaved_to_half_split(w, heads, head_dim, rotary_dim);
+  const Matrix wc =
+      rotary::convert_pairing(w, Pairing::interleaved, Pairing::interleaved, heads, head_dim, rotary_dim);
+  const Eigen::Matrix<T, Eigen::Dynamic, 1> bi =
+      rotary::convert_pairing(bias, Pairing::half_split, Pairing::interleaved, heads, head_dim, rotary_dim);
+  for (Eigen::Index i = 0; i < rows; ++i) {
+    const Eigen::Index si = source_row(i, true);
+    const Eigen::Index sh = source_row(i, false);
+    ASSERT_GE(si, 0);
+    ASSERT_GE(sh, 0);
+    for (Eigen::Index j = 0; j < cols; ++j) {
+      ASSERT_TRUE(same_bits(wi(i, j), w(si, j))) << "half_split -> interleaved row " << i;
+      ASSERT_TRUE(same_bits(wh(i, j), w(sh, j))) << "interleaved -> half_split row " << i;
+      ASSERT_TRUE(same_bits(wc(i, j), w(i, j))) << "identity conversion row " << i;
+    }
+    ASSERT_TRUE(same_bits(bi(i), bias(si))) << "bias row " << i;
+  }
+  // probe_convention reads every row of W_q and W_k: same verdict as on heap copies.
+  const Matrix wq_copy = w;
+  const rotary::ConventionReport guarded =
+      rotary::probe_convention(w, w.topRows(head_dim), heads, 1, head_dim, rotary_dim);
+  const rotary::ConventionReport heap =
+      rotary::probe_convention(wq_copy, wq_copy.topRows(head_dim), heads, 1, head_dim, rotary_dim);
+  EXPECT_EQ(guarded.score_interleaved, heap.score_interleaved);
+  EXPECT_EQ(guarded.score_half_split, heap.score_half_split);
+  EXPECT_TRUE(std::isfinite(guarded.score_interleaved) && std::isfinite(guarded.score_half_split));
+  const rotary::ConventionReport q_only =
+      rotary::probe_convention(w, Eigen::Map<const Matrix>(nullptr, 0, cols), heads, 0, head_dim, rotary_dim);
+  EXPECT_TRUE(std::isfinite(q_only.score_interleaved));
+}
+
+// The cos/sin table of positions [0, kCachePositions) for a spec, built once per geometry and
+// compute type (building it is most of a run's time on the 85 shapes of every_head_dim()); each
+// Fixture's Rope holds a copy.
+template <class Cc>
+const rotary::CosSinCache<Cc>& shared_cache(const rotary::RotarySpec& spec) {
+  static std::map<std::pair<std::int64_t, std::int64_t>, rotary::CosSinCache<Cc>> tables;
+  const std::pair<std::int64_t, std::int64_t> key(spec.head_dim, spec.rotary_dim);
+  auto it = tables.find(key);
+  if (it == tables.end())
+    it = tables.emplace(key, rotary::CosSinCache<Cc>(rotary::compute_frequencies(spec), 0, kCachePositions))
+             .first;
+  return it->second;
+}
+
+// ---- one run of a row ---------------------------------------------------------------------------
+
+// Guard-page buffers and everything else one run of a table row needs (its Where: ISA, storage type,
+// flush side, shape, pairing). The public methods are the table's callables, one per row.
 template <class T>
-class Sweep {
+class Fixture {
  public:
-  // shape_index: the shape's place in kShapes (the newer headers' calls alternate pairings by it).
-  Sweep(const GuardCase& c, int shape_index, Pairing pairing, std::mt19937_64& rng)
-      : Sweep(c, kShapes[shape_index], pairing, rng) {
-    const int p = pairing == Pairing::interleaved ? 1 : 0;
-    newer_ = (shape_index + p) % 2 == 0;
-    flip_ = shape_index / 2 % 2 == 1;
-  }
-  Sweep(const GuardCase& c, const Shape& shape, Pairing pairing, std::mt19937_64& rng)
-      : flush_(c.flush),
+  Fixture(const Where& w, std::mt19937_64& rng)
+      : isa_(w.isa),
+        flush_(w.flush),
         rng_(rng),
-        g_{shape.head_dim, shape.rotary_dim, pairing},
-        spec_(shape.head_dim, pairing, 10000.0, shape.rotary_dim),
-        rope_(spec_, kCachePositions),
-        fly_(spec_, rotary::OnTheFly{}) {
+        g_{w.shape.head_dim, w.shape.rotary_dim, w.pairing},
+        spec_(w.shape.head_dim, w.pairing, 10000.0, w.shape.rotary_dim),
+        rope_(spec_, shared_cache<C<T>>(spec_)),
+        fly_(spec_, rotary::OnTheFly{}),
+        flip_(w.shape_index / 2 % 2 == 1) {
     std::ostringstream os;
-    os << case_name(c) << " " << rotary::to_string(pairing) << " head_dim " << shape.head_dim
-       << " rotary_dim " << shape.rotary_dim;
+    os << rotary::to_string(w.isa) << " " << dtype_name(w.dtype)
+       << (w.flush == Flush::end ? " flush end " : " flush begin ") << rotary::to_string(w.pairing)
+       << " head_dim " << w.shape.head_dim << " rotary_dim " << w.shape.rotary_dim;
     where_ = os.str();
-  }
-
-  void run_all() {
-    apply_eigen();
-    apply_strided();
-    apply_qk_eigen();
-    apply_qk_strided();
-    listed_cache();
-    on_the_fly();
-    batch();
-    qk_batch();
-    varlen();
-    tensor_maps();
-    rerotate();
-    // The newer headers reach the same kernels as the calls above, which sweep every shape with both
-    // pairings; they run on every shape with one pairing (alternating: each pairing meets every other
-    // shape), which halves their share of the run time (a guarded buffer is 3 system calls).
-    if (!newer_) return;
-    multi_axis();
-    xpos();
-    linear_attention();
-    gradients();
   }
 
  private:
@@ -607,6 +698,47 @@ class Sweep {
   }
 
   Direction dir_for(int i) const { return i % 2 == 0 ? Direction::forward : Direction::inverse; }
+
+ public:
+  // detail/kernels/registry.hpp: the kernels of this ISA, called directly (no dispatch) - every
+  // kernel_variants<T>() row of the ISA that runs here: its kernel and, for avx512 bf16, each
+  // rounding pinned on its own. Rows packed up to the guard page (dense token-major input; the
+  // output head-major with padding, or in place), positions contiguous or in guarded int32 / int64
+  // arrays. Besides verify(): the scalar kernel's bits on heap copies (test_simd's contract).
+  void kernels() {
+    const std::int64_t d = g_.head_dim;
+    const StridedLayout il{kTokens, kHeads, kHeads * d, d};
+    const StridedLayout hl{kTokens, kHeads, d + 1, kTokens * (d + 1)};
+    int call = 0;
+    for (const auto& v : rotary::detail::kernel_variants<T>()) {
+      if (v.isa != isa_ || !v.runs) continue;
+      for (const bool in_place : {false, true}) {
+        const GuardedPositions pos = positions(static_cast<int>(rng_() % 3), kTokens);
+        const Direction dir = dir_for(call++);
+        const StridedLayout& ol = in_place ? il : hl;
+        Tensor<T> in = tensor(extent(il, d));
+        Tensor<T> out = tensor(in_place ? 0 : extent(ol, d));
+        T* got = in_place ? in.data() : out.data();
+        const std::vector<T>& before = in_place ? in.before : out.before;
+        std::vector<T> want = before;  // the scalar kernel's result on heap copies
+        std::vector<T> heap_in = in.before;
+        rotary::detail::scalar::rotate_tokens<T>(
+            kernel_args(il, in_place ? want.data() : heap_in.data(), ol, want.data(), pos.get(), dir), 0,
+            kTokens);
+        v.kernel(kernel_args(il, in.data(), ol, got, pos.get(), dir), 0, kTokens);
+        const std::string name = "kernel " + v.name + (in_place ? " in place" : " out of place");
+        verify<T>(where(name, &pos), g_, dir, cache_rows<T>(rope_.cache()), strided_jobs(il, ol, pos),
+                  in.before, in.data(), before, got, in_place);
+        for (std::size_t i = 0; i < want.size(); ++i)
+          if (!same_bits(got[i], want[i])) {
+            ADD_FAILURE() << where(name, &pos) << ": element " << i << " is "
+                          << static_cast<double>(widen(got[i])) << " but the scalar kernel gave "
+                          << static_cast<double>(widen(want[i])) << " " << rotary_test::seed_note();
+            break;
+          }
+      }
+    }
+  }
 
   // apply / apply_unchecked over Eigen rows with an outer stride (padding between rows).
   void apply_eigen() {
@@ -811,6 +943,7 @@ class Sweep {
     }
   }
 
+ private:
   // Sequence positions of a batch of `batch` sequences of `seq` tokens, and the positions the test
   // expects (memory order b * seq + t), computed here from the definitions in layouts.hpp.
   struct BatchPositions {
@@ -845,6 +978,7 @@ class Sweep {
     }
   }
 
+ public:
   // apply_batch: the dense-layout overload, the in-place view overload, the out-of-place view
   // overload (a layout change on the way out) and apply_batch_unchecked.
   void batch() {
@@ -1153,6 +1287,7 @@ class Sweep {
     }
   }
 
+ private:
   // One call on q rows (and k rows when l.ki.heads > 0) in the layouts l: makes the guarded buffers,
   // runs call(mem, q_in, q_out, k_in, k_out) on them and then on their heap twins, and checks each
   // output against its rows (verify: rotation, pass-through, padding, untouched input) and against
@@ -1203,6 +1338,7 @@ class Sweep {
     return v;
   }
 
+ public:
   // multi_axis.hpp: every entry point (Variant forms), over table and cache-free MultiAxisRopes of
   // three maps: M-RoPE sections (Qwen2-VL; a section is empty when rotary_dim/2 = 2), interleaved
   // M-RoPE (Qwen3-VL) and a scattered 4-stream map whose stream 2 drives no pair. Calls rotate
@@ -1222,23 +1358,15 @@ class Sweep {
         rotary::AxisMap(scattered, 4)};
     static const char* const map_names[] = {"mrope", "interleaved mrope", "scattered"};
     const rotary::Frequencies f = rotary::compute_frequencies(spec_);
-    static const Variant table_calls[] = {
-        {Form::eigen, false, true, false},      {Form::eigen, false, false, false},
-        {Form::eigen, true, true, false},       {Form::eigen, true, false, false},
-        {Form::strided, false, true, false},    {Form::strided, false, false, false},
-        {Form::strided, true, true, false},     {Form::strided, true, false, false},
-        {Form::qk_eigen, false, true, true},    {Form::qk_eigen, false, true, false},
-        {Form::qk_eigen, false, false, true},   {Form::qk_strided, false, false, true},
-        {Form::qk_strided, false, true, false}, {Form::qk_strided, true, true, true},
-        {Form::qk_strided, true, false, true}};
+    static const std::vector<Variant> table_calls = every_form(false);  // no unchecked Eigen q+k form
     // Cache-free: 35 tokens cross a 32-token row block; threads split them mid-block.
     static const Variant fly_calls[] = {{Form::strided, false, false, false},
                                         {Form::eigen, false, true, false},
                                         {Form::qk_strided, false, false, true}};
-    const int n_table = static_cast<int>(std::size(table_calls));
+    const int n_table = static_cast<int>(table_calls.size());
     for (int i = 0; i < n_table + static_cast<int>(std::size(fly_calls)); ++i) {
       const bool fly = i >= n_table;
-      const Variant& v = fly ? fly_calls[i - n_table] : table_calls[i];
+      const Variant& v = fly ? fly_calls[i - n_table] : table_calls[static_cast<std::size_t>(i)];
       const rotary::AxisMap& map = maps[i % 3];
       const rotary::MultiAxisRope<T> mrope(fly ? fly_ : rope_, map);
       const std::int64_t tokens = fly ? 35 : kTokens;
@@ -1274,6 +1402,7 @@ class Sweep {
     }
   }
 
+ private:
   void multi_axis_call(const rotary::MultiAxisRope<T>& r, const Variant& v, const FormLayouts& l, T* qi,
                        T* qo, T* ki, T* ko, const rotary::AxisPositions& p, Direction dir,
                        const rotary::ParallelFor& parallel) const {
@@ -1365,26 +1494,23 @@ class Sweep {
             false, std::is_same_v<C<T>, double> ? 16 * 0x1p-53 : 16 * 0x1p-24};
   }
 
+ public:
   // xpos.hpp: every member of XPos<T> (apply_q / apply_k / apply_qk, their _strided and _unchecked
   // forms, in and out of place), contiguous / int32 / int64 guarded positions, centres 0, 100.5 and
   // -7.25; the last two calls take 35 tokens over two threads (blocks anchored mid-range).
   void xpos() {
     const rotary::XPos<T> xp(spec_);
-    static const Variant calls[] = {
-        {Form::eigen, false, true, false},      {Form::eigen, false, false, false},
-        {Form::eigen, true, true, false},       {Form::eigen, true, false, false},
-        {Form::strided, false, true, false},    {Form::strided, false, false, false},
-        {Form::strided, true, true, false},     {Form::strided, true, false, false},
-        {Form::qk_eigen, false, true, true},    {Form::qk_eigen, false, true, false},
-        {Form::qk_eigen, false, false, true},   {Form::qk_eigen, true, true, true},
-        {Form::qk_strided, false, false, true}, {Form::qk_strided, false, true, false},
-        {Form::qk_strided, true, true, true},   {Form::qk_strided, true, false, true},
-        {Form::qk_strided, false, false, true}, {Form::eigen, false, true, false}};
-    constexpr int kCalls = static_cast<int>(std::size(calls));
+    static const std::vector<Variant> calls = [] {
+      std::vector<Variant> v = every_form(true);
+      v.push_back({Form::qk_strided, false, false, true});  // these two: 35 tokens over two threads
+      v.push_back({Form::eigen, false, true, false});
+      return v;
+    }();
+    const int n_calls = static_cast<int>(calls.size());
     static const double centers[] = {0.0, 100.5, -7.25};
-    for (int i = 0; i < kCalls; ++i) {
-      const Variant& v = calls[i];
-      const bool many = i >= kCalls - 2;
+    for (int i = 0; i < n_calls; ++i) {
+      const Variant& v = calls[static_cast<std::size_t>(i)];
+      const bool many = i >= n_calls - 2;
       const std::int64_t tokens = many ? 35 : kTokens;
       const GuardedPositions pos = positions(i % 3, tokens);
       const double center = centers[(i / 3) % 3];
@@ -1404,6 +1530,7 @@ class Sweep {
     }
   }
 
+ private:
   void xpos_call(const rotary::XPos<T>& xp, const Variant& v, bool query, const FormLayouts& l, T* qi, T* qo,
                  T* ki, T* ko, const Positions& p, double c, Direction dir,
                  const rotary::ParallelFor& parallel) const {
@@ -1473,6 +1600,7 @@ class Sweep {
     }
   }
 
+ public:
   // linear_attention.hpp (float and double only): self and cross attention, causal and not, default
   // and explicit feature maps, over guarded q, k, v row views with padding and guarded positions. No
   // output buffer is the caller's (the result is a new matrix): the result must equal the heap
@@ -1643,6 +1771,35 @@ class Sweep {
     }
   }
 
+  // convert_weights.hpp (no kernels): row permutations of weights and biases (row- and column-major,
+  // 3 heads and 1) and probe_convention, on guarded W and bias buffers.
+  void convert_weights() {
+    convert_guarded<T, Eigen::RowMajor>(flush_, 3, g_.head_dim, g_.rotary_dim);
+    convert_guarded<T, Eigen::ColMajor>(flush_, 1, g_.head_dim, g_.rotary_dim);
+  }
+
+ private:
+  // The KernelArgs dispatch builds for one tensor of rows (input layout il, output layout ol) read
+  // through this fixture's cache.
+  rotary::detail::KernelArgs<T> kernel_args(const StridedLayout& il, const T* in, const StridedLayout& ol,
+                                            T* out, const Positions& p, Direction dir) const {
+    rotary::detail::KernelArgs<T> a;
+    a.tokens = il.tokens;
+    a.q.heads = il.heads;
+    a.head_dim = g_.head_dim;
+    a.rotary_dim = g_.rotary_dim;
+    a.pairing = g_.pairing;
+    a.inverse = dir == Direction::inverse;
+    a.rows = rotary::detail::RowSource<C<T>>::table(rope_.cache(), p);
+    a.q.in = in;
+    a.q.out = out;
+    a.q.in_token_stride = il.token_stride;
+    a.q.in_head_stride = il.head_stride;
+    a.q.out_token_stride = ol.token_stride;
+    a.q.out_head_stride = ol.head_stride;
+    return a;
+  }
+
   // Adds sign * sum_t m_t sum_h (g1 y0 - g0 y1) per pair to want, and the same sum of absolute
   // values to mag, in long double (gradients.hpp's formula; pairs as the pairing defines them).
   void theta_reference(const T* y, const StridedLayout& yl, const T* dy, const StridedLayout& dl,
@@ -1666,6 +1823,7 @@ class Sweep {
         }
   }
 
+  Isa isa_;
   Flush flush_;
   std::mt19937_64& rng_;
   Geometry g_;
@@ -1673,123 +1831,172 @@ class Sweep {
   rotary::Rope<T> rope_;
   rotary::Rope<T> fly_;
   std::string where_;
-  bool newer_ = true;  // run the newer headers' calls (multi_axis ... gradients)
   bool flip_ = false;  // swap the xPos roles of one-tensor forms
 };
 
+// ---- the table of entry points ------------------------------------------------------------------
+
+// The shapes a row meets: kTailShapes, or every_head_dim() (the kernels' own list; for rows cheap
+// enough to run on its 85 shapes).
+enum class Shapes { tails, every };
+// The pairings a row meets on each shape: both, or one, alternating from shape to shape (each pairing
+// meets every other shape: for the newer headers, which reach the kernels the rows with both sweep,
+// at half the run time; a guarded buffer is 3 system calls), or only the first (no rotation).
+enum class Pairings { both, alternate, first };
+// The ISAs a row runs under: every ISA of the registry, or none (no kernels: once, as the scalar case).
+enum class Isas { every, none };
+
 template <class T>
-void sweep(const GuardCase& c) {
-  std::mt19937_64 rng(rotary_test::seed() + static_cast<std::uint64_t>(c.dtype) * 7 +
-                      static_cast<std::uint64_t>(c.isa));
-  for (int shape = 0; shape < static_cast<int>(std::size(kShapes)); ++shape)
-    for (const Pairing pairing : {Pairing::interleaved, Pairing::half_split}) {
-      Sweep<T> s(c, shape, pairing, rng);
-      s.run_all();
-      if (::testing::Test::HasFailure()) return;  // one shape's failures are enough to read
+using RunFn = void (*)(Fixture<T>&);
+
+// A row: a name (the test name's first part), its shapes, pairings and ISAs, and what runs it on one
+// Fixture, for each storage type.
+struct EntryPoint {
+  const char* name;
+  Shapes shapes;
+  Pairings pairings;
+  Isas isas;
+  RunFn<float> f32;
+  RunFn<double> f64;
+  RunFn<rotary::f16> f16;
+  RunFn<rotary::bf16> bf16;
+
+  template <class T>
+  RunFn<T> run() const {
+    if constexpr (std::is_same_v<T, float>) return f32;
+    if constexpr (std::is_same_v<T, double>) return f64;
+    if constexpr (std::is_same_v<T, rotary::f16>) return f16;
+    if constexpr (std::is_same_v<T, rotary::bf16>) return bf16;
+  }
+  const std::vector<Shape>& shape_list() const {
+    return shapes == Shapes::every ? every_head_dim() : kTailShapes;
+  }
+  bool meets(int shape_index, Pairing p) const {
+    switch (pairings) {
+      case Pairings::both:
+        return true;
+      case Pairings::alternate:
+        return (shape_index + (p == Pairing::interleaved ? 1 : 0)) % 2 == 0;
+      default:
+        return p == Pairing::interleaved;
     }
+  }
+};
+
+// `run` is a generic lambda without captures, [](auto& f) { f.method(); }: it converts to a RunFn<T>
+// for each storage type.
+template <class Run>
+EntryPoint row(const char* name, Shapes shapes, Pairings pairings, Isas isas, Run run) {
+  return {name, shapes, pairings, isas, run, run, run, run};
+}
+
+// Every entry point that reads or writes user memory. Adding a header: see the end of this file.
+const std::vector<EntryPoint>& entry_points() {
+  using P = Pairings;
+  static const std::vector<EntryPoint> table = {
+      // detail kernels from the registry, every variant of the ISA (avx512 bf16: both roundings)
+      row("kernels", Shapes::every, P::both, Isas::every, [](auto& f) { f.kernels(); }),
+      // apply.hpp
+      row("apply", Shapes::tails, P::both, Isas::every, [](auto& f) { f.apply_eigen(); }),
+      row("apply_strided", Shapes::every, P::both, Isas::every, [](auto& f) { f.apply_strided(); }),
+      row("apply_qk", Shapes::tails, P::both, Isas::every, [](auto& f) { f.apply_qk_eigen(); }),
+      row("apply_qk_strided", Shapes::tails, P::both, Isas::every, [](auto& f) { f.apply_qk_strided(); }),
+      row("for_positions_cache", Shapes::tails, P::both, Isas::every, [](auto& f) { f.listed_cache(); }),
+      row("on_the_fly", Shapes::tails, P::both, Isas::every, [](auto& f) { f.on_the_fly(); }),
+      // layouts.hpp and tensor_map.hpp
+      row("apply_batch", Shapes::tails, P::both, Isas::every, [](auto& f) { f.batch(); }),
+      row("apply_qk_batch", Shapes::tails, P::both, Isas::every, [](auto& f) { f.qk_batch(); }),
+      row("varlen", Shapes::tails, P::both, Isas::every, [](auto& f) { f.varlen(); }),
+      row("tensor_map", Shapes::tails, P::both, Isas::every, [](auto& f) { f.tensor_maps(); }),
+      // rerotate.hpp
+      row("rerotate", Shapes::tails, P::both, Isas::every, [](auto& f) { f.rerotate(); }),
+      // the newer headers
+      row("multi_axis", Shapes::tails, P::alternate, Isas::every, [](auto& f) { f.multi_axis(); }),
+      row("xpos", Shapes::tails, P::alternate, Isas::every, [](auto& f) { f.xpos(); }),
+      row("linear_attention", Shapes::tails, P::alternate, Isas::every,
+          [](auto& f) { f.linear_attention(); }),
+      row("gradients", Shapes::tails, P::alternate, Isas::every, [](auto& f) { f.gradients(); }),
+      // convert_weights.hpp (no kernels)
+      row("convert_weights", Shapes::tails, P::first, Isas::none, [](auto& f) { f.convert_weights(); }),
+  };
+  return table;
+}
+
+// ---- the sweep ----------------------------------------------------------------------------------
+
+// A test case: one row of the table under one ISA of the registry.
+struct GuardCase {
+  std::size_t row;
+  Isa isa;
+};
+
+std::string case_name(const GuardCase& c) {
+  const EntryPoint& e = entry_points()[c.row];
+  return e.isas == Isas::none ? std::string(e.name)
+                              : std::string(e.name) + "_" + std::string(rotary::to_string(c.isa));
+}
+
+void PrintTo(const GuardCase& c, std::ostream* os) { *os << case_name(c); }
+
+std::vector<GuardCase> all_cases() {
+  std::vector<GuardCase> v;
+  for (std::size_t r = 0; r < entry_points().size(); ++r)
+    for (const Isa isa : rotary::all_isas()) {
+      if (entry_points()[r].isas == Isas::none && isa != rotary::all_isas().front()) continue;
+      v.push_back({r, isa});
+    }
+  return v;
+}
+
+// One row under one ISA and storage type: both flush sides x the row's shapes x its pairings.
+template <class T>
+void sweep(const EntryPoint& e, Isa isa, DType dtype, std::mt19937_64& rng) {
+  const RunFn<T> run = e.run<T>();
+  const std::vector<Shape>& shapes = e.shape_list();
+  for (const Flush flush : {Flush::end, Flush::begin})
+    for (int i = 0; i < static_cast<int>(shapes.size()); ++i)
+      for (const Pairing pairing : {Pairing::interleaved, Pairing::half_split}) {
+        if (!e.meets(i, pairing)) continue;
+        Fixture<T> f(Where{isa, dtype, flush, i, shapes[static_cast<std::size_t>(i)], pairing}, rng);
+        run(f);
+        if (::testing::Test::HasFailure()) return;  // one shape's failures are enough to read
+      }
 }
 
 class GuardPages : public ::testing::TestWithParam<GuardCase> {};
 
-TEST_P(GuardPages, EveryEntryPoint) {
+TEST_P(GuardPages, Sweep) {
   const GuardCase c = GetParam();
+  const EntryPoint& e = entry_points()[c.row];
   if (!rotary::isa_supported(c.isa)) GTEST_SKIP() << rotary::to_string(c.isa) << " is not supported here";
   const IsaScope scope(c.isa);
-  rotary_test::with_dtype(c.dtype, [&c](auto tag) { sweep<typename decltype(tag)::type>(c); });
-  if (c.dtype == DType::f32 || c.dtype == DType::f64)
-    std::printf("[          ] cache-free / re-rotation rows: max |y - y_ref| / (|x0| + |x1|) so far %.3g\n",
-                worst_relative(c.dtype == DType::f64));
+  for (const DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
+    std::mt19937_64 rng(rotary_test::seed() + 1000 * static_cast<std::uint64_t>(c.row) +
+                        7 * static_cast<std::uint64_t>(dtype) + static_cast<std::uint64_t>(c.isa));
+    rotary_test::with_dtype(dtype,
+                            [&](auto tag) { sweep<typename decltype(tag)::type>(e, c.isa, dtype, rng); });
+    if (HasFailure()) return;
+  }
+  if (worst_relative(false) > 0.0 || worst_relative(true) > 0.0)
+    std::printf(
+        "[          ] rows computed another way: max |y - y_ref| / (|x0| + |x1|) f32 %.3g, f64 %.3g\n",
+        worst_relative(false), worst_relative(true));
 }
 
-INSTANTIATE_TEST_SUITE_P(AllIsas, GuardPages, ::testing::ValuesIn(all_cases()),
+INSTANTIATE_TEST_SUITE_P(EntryPoints, GuardPages, ::testing::ValuesIn(all_cases()),
                          [](const ::testing::TestParamInfo<GuardCase>& p) { return case_name(p.param); });
-
-// ---- convert_weights.hpp (no kernels: once per storage type and flush side) -------------------
-
-// The permuted rows must be P W per head (half_split -> interleaved) or P^T W (back), with P from
-// reference::pairing_permutation; W is a guarded row-major or column-major map, the bias a vector.
-template <class T, int Order>
-void convert_guarded(Flush flush, std::int64_t heads, std::int64_t head_dim, std::int64_t rotary_dim) {
-  using Matrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Order>;
-  const Eigen::Index rows = heads * head_dim;
-  const Eigen::Index cols = 5;
-  GuardedBuffer<T> wb(static_cast<std::size_t>(rows * cols), flush);
-  GuardedBuffer<T> bb(static_cast<std::size_t>(rows), flush);
-  for (Eigen::Index i = 0; i < rows * cols; ++i)
-    wb.data()[i] = static_cast<T>(static_cast<float>(i % 251) - 125.0f);
-  for (Eigen::Index i = 0; i < rows; ++i) bb.data()[i] = static_cast<T>(static_cast<float>(i));
-  const Eigen::Map<const Matrix> w(wb.data(), rows, cols);
-  const Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, 1>> bias(bb.data(), rows);
-  const Eigen::MatrixXd p = rotary::reference::pairing_permutation(head_dim, rotary_dim);
-  const auto source_row = [&p, head_dim](Eigen::Index i, bool to_interleaved) {
-    const Eigen::Index head = i / head_dim;
-    const Eigen::Index a = i % head_dim;
-    for (Eigen::Index b = 0; b < head_dim; ++b)
-      if ((to_interleaved ? p(a, b) : p(b, a)) == 1.0) return head * head_dim + b;
-    return Eigen::Index{-1};
-  };
-  const Matrix wi = rotary::permute_rows_half_split_to_interleaved(w, heads, head_dim, rotary_dim);
-  const Matrix wh = rotary::permute_rows_interleaved_to_half_split(w, heads, head_dim, rotary_dim);
-  const Matrix wc =
-      rotary::convert_pairing(w, Pairing::interleaved, Pairing::interleaved, heads, head_dim, rotary_dim);
-  const Eigen::Matrix<T, Eigen::Dynamic, 1> bi =
-      rotary::convert_pairing(bias, Pairing::half_split, Pairing::interleaved, heads, head_dim, rotary_dim);
-  for (Eigen::Index i = 0; i < rows; ++i) {
-    const Eigen::Index si = source_row(i, true);
-    const Eigen::Index sh = source_row(i, false);
-    ASSERT_GE(si, 0);
-    ASSERT_GE(sh, 0);
-    for (Eigen::Index j = 0; j < cols; ++j) {
-      ASSERT_TRUE(same_bits(wi(i, j), w(si, j))) << "half_split -> interleaved row " << i;
-      ASSERT_TRUE(same_bits(wh(i, j), w(sh, j))) << "interleaved -> half_split row " << i;
-      ASSERT_TRUE(same_bits(wc(i, j), w(i, j))) << "identity conversion row " << i;
-    }
-    ASSERT_TRUE(same_bits(bi(i), bias(si))) << "bias row " << i;
-  }
-  // probe_convention reads every row of W_q and W_k: same verdict as on heap copies.
-  const Matrix wq_copy = w;
-  const rotary::ConventionReport guarded =
-      rotary::probe_convention(w, w.topRows(head_dim), heads, 1, head_dim, rotary_dim);
-  const rotary::ConventionReport heap =
-      rotary::probe_convention(wq_copy, wq_copy.topRows(head_dim), heads, 1, head_dim, rotary_dim);
-  EXPECT_EQ(guarded.score_interleaved, heap.score_interleaved);
-  EXPECT_EQ(guarded.score_half_split, heap.score_half_split);
-  EXPECT_TRUE(std::isfinite(guarded.score_interleaved) && std::isfinite(guarded.score_half_split));
-  const rotary::ConventionReport q_only =
-      rotary::probe_convention(w, Eigen::Map<const Matrix>(nullptr, 0, cols), heads, 0, head_dim, rotary_dim);
-  EXPECT_TRUE(std::isfinite(q_only.score_interleaved));
-}
-
-template <class T>
-void convert_all(Flush flush) {
-  for (const Shape& s : kShapes) {
-    convert_guarded<T, Eigen::RowMajor>(flush, 3, s.head_dim, s.rotary_dim);
-    convert_guarded<T, Eigen::ColMajor>(flush, 1, s.head_dim, s.rotary_dim);
-    if (::testing::Test::HasFatalFailure()) return;
-  }
-}
-
-TEST(GuardPagesConvertWeights, PermuteAndProbe) {
-  for (const Flush flush : {Flush::end, Flush::begin}) {
-    SCOPED_TRACE(flush == Flush::end ? "flush end" : "flush begin");
-    convert_all<float>(flush);
-    convert_all<double>(flush);
-    convert_all<rotary::f16>(flush);
-    convert_all<rotary::bf16>(flush);
-  }
-}
 
 // ---- Adding a header ----------------------------------------------------------------------------
 // A new header's entry points go in the same way:
-//   * a method of Sweep<T> (it then runs for every ISA, storage type and flush side), listed in
-//     Sweep::run_all(), taking every user buffer as a Tensor<T> and every index array as a
-//     guarded_array / GuardedPositions (GuardedAxisPositions for position streams);
+//   * a public method of Fixture<T> and a row of entry_points() naming it (it then runs for every
+//     ISA, storage type, flush side and shape), taking every user buffer as a Tensor<T> and every
+//     index array as a guarded_array / GuardedPositions (GuardedAxisPositions for position streams);
 //   * calls that rotate q (and k) rows: check_call(), which runs the call on the guarded buffers and
 //     on heap twins and checks rows (verify: exact cache_rows for table reads, a RowSource with
 //     exact = false for rows computed another way), padding, inputs and the twin, bit for bit;
 //   * other results: equal to the heap twin bit for bit and to an independent reference, inputs
 //     untouched (expect_untouched) — a call that merely does not fault is not enough;
-//   * entry points without kernels (weights, analysis) go in a TEST like GuardPagesConvertWeights.
+//   * entry points without kernels (weights, analysis): a row with Isas::none, like convert_weights.
 
 }  // namespace
 

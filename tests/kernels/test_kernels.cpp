@@ -207,30 +207,8 @@ TEST(Kernels, UncheckedEqualsChecked) {
   EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
 }
 
-#if ROTARY_TEST_HAVE_MMAN
-// Input and output end at a PROT_NONE page (and start right after one): the kernels touch nothing
-// outside the views. (Reads past the cache's last row are caught by the ASan run instead: the table
-// is a heap allocation.)
-TEST(Kernels, BuffersEndingAtGuardPages) {
-  for (Pairing pairing : {Pairing::interleaved, Pairing::half_split}) {
-    for (std::int64_t head_dim : rotary_test::head_dims()) {
-      const std::int64_t rd = rotary_test::rotary_dim_for(head_dim, 0.75);
-      const rotary::RotarySpec spec(head_dim, pairing, 10000.0, rd);
-      const rotary::Rope<float> rope(spec, 8);
-      const std::int64_t tokens = 3;
-      const std::int64_t heads = 3;
-      const auto n = static_cast<std::size_t>(tokens * heads * head_dim);
-      rotary_test::GuardedBuffer<float> in(n);
-      rotary_test::GuardedBuffer<float> out(n);
-      for (std::size_t i = 0; i < n; ++i) in.data()[i] = static_cast<float>(i % 7) - 3.0f;
-      const rotary::StridedLayout l{tokens, heads, heads * head_dim, head_dim};
-      rotary::apply_strided(rope, in.data(), l, out.data(), l, rotary::Positions::contiguous(5));
-      rotary::apply_strided(rope, in.data(), l, rotary::Positions::contiguous(5));
-      ASSERT_EQ(0, std::memcmp(in.data(), out.data(), n * sizeof(float))) << head_dim;
-    }
-  }
-}
-#endif
+// Buffers ending at guard pages: the apply_strided row of test_guard_pages' table (every head_dim
+// here and more, every ISA and storage type, both ends of the buffers).
 
 TEST(Kernels, ZeroTokensIsANoOp) {
   const rotary::Rope<float> rope(rotary::RotarySpec(8), 4);

@@ -415,61 +415,8 @@ TEST_P(SimdVsScalar, BitExact) {
 INSTANTIATE_TEST_SUITE_P(Kernels, SimdVsScalar, ::testing::ValuesIn(all_cases()),
                          [](const ::testing::TestParamInfo<SimdCase>& p) { return case_name(p.param); });
 
-#if ROTARY_TEST_HAVE_MMAN
-// Rows packed up to a PROT_NONE page: a vector access past the last row (a missing tail mask on an
-// input or output stream) faults. Reads past the cache's last row are left to the ASan run.
-template <class T>
-void guard_page_sweep(Isa isa, Kernel<T> kernel = nullptr) {
-  if (kernel == nullptr) kernel = kernel_for<T>(isa);
-  for (const Pairing pairing : {Pairing::interleaved, Pairing::half_split})
-    for (const std::int64_t head_dim : kHeadDims)
-      for (const std::int64_t rotary_dim : rotary_dims(head_dim))
-        for (const bool in_place : {false, true}) {
-          const std::int64_t tokens = 3;
-          const std::int64_t heads = 3;
-          // The cache ends at its last position, which the last token uses.
-          const rotary::CosSinCache<rotary::compute_t<T>> cache(
-              rotary::default_frequencies(rotary_dim, 10000.0), 0, tokens);
-          const auto n = static_cast<std::size_t>(tokens * heads * head_dim);
-          rotary_test::GuardedBuffer<T> in(n);
-          rotary_test::GuardedBuffer<T> out(n);
-          std::vector<T> want(n);
-          for (std::size_t i = 0; i < n; ++i) in.data()[i] = static_cast<T>(static_cast<float>(i % 7) - 3.0f);
-          KernelArgs<T> a;
-          a.tokens = tokens;
-          a.q.heads = heads;
-          a.head_dim = head_dim;
-          a.rotary_dim = rotary_dim;
-          a.pairing = pairing;
-          a.rows = rotary::detail::RowSource<rotary::compute_t<T>>::table(cache, rotary::Positions::contiguous());
-          a.q.in_token_stride = a.q.out_token_stride = heads * head_dim;
-          a.q.in_head_stride = a.q.out_head_stride = head_dim;
-          a.q.in = in.data();
-          a.q.out = want.data();
-          rotary::detail::scalar::rotate_tokens(a, 0, tokens);
-          a.q.out = in_place ? in.data() : out.data();
-          kernel(a, 0, tokens);
-          ASSERT_EQ(0, std::memcmp(a.q.out, want.data(), n * sizeof(T)))
-              << rotary::to_string(isa) << " " << rotary::to_string(pairing) << " head_dim " << head_dim
-              << " rotary_dim " << rotary_dim << (in_place ? " in place" : " out of place");
-        }
-}
-
-TEST(SimdGuardPages, RowsEndAtAGuardPage) {
-  // every SIMD kernel of the registry that runs here, named variants included
-  int ran = 0;
-  for (const DType dt : {DType::f32, DType::f64, DType::f16, DType::bf16})
-    rotary_test::with_dtype(dt, [&ran](auto tag) {
-      using T = typename decltype(tag)::type;
-      for (const auto& v : rotary::detail::kernel_variants<T>()) {
-        if (v.isa == Isa::scalar || !v.runs) continue;
-        guard_page_sweep<T>(v.isa, v.kernel);
-        ++ran;
-      }
-    });
-  if (ran == 0) GTEST_SKIP() << "no SIMD ISA (avx2, avx512, neon) is supported on this CPU/build";
-}
-#endif
+// Guard pages: every kernel of the registry (named variants included) on rows packed up to a
+// PROT_NONE page, against the scalar kernel's bits, is the "kernels" row of test_guard_pages' table.
 
 // ---- f16/bf16 rounding --------------------------------------------------------------------------
 
@@ -585,7 +532,7 @@ TEST(SimdRounding, Bf16StoresRoundLikeConvertHpp) { check_rounding_all_isas<rota
 
 // AVX512_BF16's vcvtneps2bf16 against the integer rounding the other bf16 kernels use: the same bits
 // for every probe, NaN payloads included (both compute (u >> 16) | 0x40), and for the bit-exact sweep
-// and guard-page shapes (run for both in SimdVsScalar.*bf16_avx512* and SimdGuardPages).
+// and guard-page shapes (run for both in SimdVsScalar.*bf16_avx512* and test_guard_pages' kernels row).
 TEST(SimdRounding, Bf16HardwareMatchesIntegerRounding) {
 #if ROTARY_AVX512_BF16_KERNELS
   if (!rotary::isa_supported(Isa::avx512) || !rotary::detail::avx512::bf16_hardware_rounding())
