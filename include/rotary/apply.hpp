@@ -260,6 +260,40 @@ void apply_qk_unchecked(const R& rope, detail::identity_t<ConstRowsRef<T>> q_in,
   detail::rows_qk<R, T>(false, rope, &q_in, q_out, &k_in, k_out, positions, q_heads, k_heads, dir, parallel);
 }
 
+// ---- compiled once (optional) ----------------------------------------------------------------------
+// A Rope's call paths for each storage type (drivers, checks, row sources), listed like the kernels
+// (registry.hpp): KW is `extern template` under ROTARY_SEPARATE_KERNELS, `template` in the one TU that
+// includes <rotary/instantiate_kernels.hpp>. A TU with a few calls then compiles only the thin entry
+// points above (docs/compile-time.md).
+// NOLINTBEGIN(bugprone-macro-parentheses): T is a type, KW a keyword
+#define ROTARY_DETAIL_ROPE_PATHS(KW, T)                                                                     \
+  KW class Rope<T>;                                                                                         \
+  KW void detail::rotate<Rope<T>, T>(bool, const Rope<T>&, const detail::StreamArgs<T>&,                   \
+                                     const detail::StreamArgs<T>&, std::int64_t, const Positions&, Direction, \
+                                     const ParallelFor&);                                                    \
+  KW void detail::strided<Rope<T>, T>(bool, const Rope<T>&, const T*, const StridedLayout&, T*,             \
+                                      const StridedLayout&, const Positions&, Direction, const ParallelFor&); \
+  KW void detail::strided_qk<Rope<T>, T>(bool, const Rope<T>&, const T*, const StridedLayout&, T*,          \
+                                         const StridedLayout&, const T*, const StridedLayout&, T*,           \
+                                         const StridedLayout&, const Positions&, Direction, const ParallelFor&); \
+  KW void detail::rows<Rope<T>, T>(bool, const Rope<T>&, const ConstRowsRef<T>&, RowsRef<T>&, bool,         \
+                                   const Positions&, std::int64_t, Direction, const ParallelFor&);          \
+  KW void detail::rows_qk<Rope<T>, T>(bool, const Rope<T>&, const ConstRowsRef<T>*, RowsRef<T>&,            \
+                                      const ConstRowsRef<T>*, RowsRef<T>&, const Positions&, std::int64_t,  \
+                                      std::int64_t, Direction, const ParallelFor&);
+#define ROTARY_DETAIL_API_INSTANCES(KW)          \
+  KW class CosSinCache<float>;                   \
+  KW class CosSinCache<double>;                  \
+  ROTARY_DETAIL_ROPE_PATHS(KW, float)            \
+  ROTARY_DETAIL_ROPE_PATHS(KW, double)           \
+  ROTARY_DETAIL_ROPE_PATHS(KW, ::rotary::f16)    \
+  ROTARY_DETAIL_ROPE_PATHS(KW, ::rotary::bf16)
+// NOLINTEND(bugprone-macro-parentheses)
+
+#if ROTARY_DETAIL_DECLARE_KERNELS_ONLY
+ROTARY_DETAIL_API_INSTANCES(extern template)
+#endif
+
 }  // namespace rotary
 
 #endif  // ROTARY_APPLY_HPP

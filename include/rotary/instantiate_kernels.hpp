@@ -10,9 +10,14 @@
 #define ROTARY_DETAIL_INSTANTIATING_KERNELS
 #include "config.hpp"
 #include "detail/kernels/registry.hpp"
+#include "apply.hpp"
 
 namespace rotary::detail {
 ROTARY_DETAIL_KERNEL_INSTANCES(template)
 }  // namespace rotary::detail
+
+namespace rotary {
+ROTARY_DETAIL_API_INSTANCES(template)
+}  // namespace rotary
 
 #endif  // ROTARY_INSTANTIATE_KERNELS_HPP

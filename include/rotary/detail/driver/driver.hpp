@@ -36,7 +36,6 @@
 #include "checks.hpp"
 #include "../kernels/kernel_args.hpp"
 #include "../kernels/registry.hpp"
-#include "../kernels/scalar.hpp"
 #include "../rows_on_the_fly.hpp"
 
 namespace rotary::detail {

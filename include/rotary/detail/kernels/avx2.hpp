@@ -24,6 +24,7 @@
 #include <type_traits>
 
 #include "../convert.hpp"
+#include "entries.hpp"
 #include "kernel_args.hpp"
 #include "scalar.hpp"
 

@@ -24,6 +24,7 @@
 
 #include "../convert.hpp"
 #include "../cpu.hpp"
+#include "entries.hpp"
 #include "kernel_args.hpp"
 #include "scalar.hpp"
 
@@ -316,28 +317,20 @@ namespace rotary::detail::avx512::bf16_hw {
 
 namespace rotary::detail::avx512 {
 
-// bf16 with the integer rounding (what rotate_tokens<bf16> runs): every CPU with the avx512 set.
-inline void rotate_tokens_bf16_integer(const KernelArgs<bf16>& a, std::int64_t t0, std::int64_t t1) noexcept {
+ROTARY_DETAIL_KERNEL_LINKAGE void rotate_tokens_bf16_integer(const KernelArgs<bf16>& a, std::int64_t t0,
+                                                             std::int64_t t1) noexcept {
   rotate_tokens<bf16>(a, t0, t1);
 }
 
 #if ROTARY_AVX512_BF16_KERNELS
-// bf16 with vcvtneps2bf16: only on a CPU with the avx512 set and cpu_features().avx512bf16.
-inline void rotate_tokens_bf16_hardware(const KernelArgs<bf16>& a, std::int64_t t0,
-                                        std::int64_t t1) noexcept {
+ROTARY_DETAIL_KERNEL_LINKAGE void rotate_tokens_bf16_hardware(const KernelArgs<bf16>& a, std::int64_t t0,
+                                                              std::int64_t t1) noexcept {
   bf16_hw::rotate_tokens_impl<BF16Hw>(a, t0, t1);
 }
 #endif
 
-// True if rotate_tokens_bf16 uses vcvtneps2bf16 on this CPU (both variants give the same bits).
-inline bool bf16_hardware_rounding() noexcept {
-  return ROTARY_AVX512_BF16_KERNELS && cpu_features().avx512bf16;
-}
-
-// bf16 tokens [t0, t1) with vcvtneps2bf16 where the CPU has AVX512_BF16, else the integer
-// rounding (the same bits): what dispatch runs (registry.hpp). Only call it on a CPU with the avx512
-// feature set (isa_supported(Isa::avx512)).
-inline void rotate_tokens_bf16(const KernelArgs<bf16>& a, std::int64_t t0, std::int64_t t1) noexcept {
+ROTARY_DETAIL_KERNEL_LINKAGE void rotate_tokens_bf16(const KernelArgs<bf16>& a, std::int64_t t0,
+                                                     std::int64_t t1) noexcept {
 #if ROTARY_AVX512_BF16_KERNELS
   if (cpu_features().avx512bf16) {
     rotate_tokens_bf16_hardware(a, t0, t1);

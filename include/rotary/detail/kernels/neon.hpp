@@ -35,6 +35,7 @@
 #include <type_traits>
 
 #include "../convert.hpp"
+#include "entries.hpp"
 #include "kernel_args.hpp"
 #include "scalar.hpp"
 

@@ -13,11 +13,14 @@
 
 #include "../../dispatch.hpp"
 #include "../../dtype.hpp"
+#include "entries.hpp"
 #include "kernel_args.hpp"
+#if !ROTARY_DETAIL_DECLARE_KERNELS_ONLY  // the definitions; separate kernels: one TU has them
 #include "avx2.hpp"
 #include "avx512.hpp"
 #include "neon.hpp"
 #include "scalar.hpp"
+#endif
 
 namespace rotary::detail {
 
@@ -84,10 +87,11 @@ std::vector<KernelVariant<T>> kernel_variants() {
 }
 
 // ---- compiled once (optional) ----------------------------------------------------------------------
-// Every kernel above, as a list of declarations: KW is `extern template` (declare only) or
+// Every kernel template above, as a list of declarations: KW is `extern template` (declare only) or
 // `template` (define here). ROTARY_SEPARATE_KERNELS, defined in every TU of a program, declares them
-// only, so no TU but one compiles them: the one that includes <rotary/instantiate_kernels.hpp>
-// (CMake: link rotary::kernels, which is that TU and defines the macro for its users).
+// only (entries.hpp, without the ISA headers), so no TU but one compiles them: the one that includes
+// <rotary/instantiate_kernels.hpp> (CMake: link rotary::kernels, which is that TU and defines the macro
+// for its users). That TU also defines the plain-function entry points (avx512's bf16 variants).
 // NOLINTBEGIN(bugprone-macro-parentheses): T is a type, KW a keyword
 #define ROTARY_DETAIL_KERNEL_SIGNATURE(T) (const KernelArgs<T>&, std::int64_t, std::int64_t) noexcept
 #if ROTARY_X86_KERNELS
@@ -96,12 +100,6 @@ std::vector<KernelVariant<T>> kernel_variants() {
   KW void avx512::rotate_tokens<T> ROTARY_DETAIL_KERNEL_SIGNATURE(T);
 #else
 #define ROTARY_DETAIL_X86_INSTANCES(KW, T)
-#endif
-#if ROTARY_AVX512_BF16_KERNELS
-#define ROTARY_DETAIL_BF16_HW_INSTANCE(KW) \
-  KW void avx512::bf16_hw::rotate_tokens_impl<avx512::BF16Hw> ROTARY_DETAIL_KERNEL_SIGNATURE(bf16);
-#else
-#define ROTARY_DETAIL_BF16_HW_INSTANCE(KW)
 #endif
 #if ROTARY_NEON_KERNELS
 #define ROTARY_DETAIL_NEON_INSTANCE(KW, T) KW void neon::rotate_tokens<T> ROTARY_DETAIL_KERNEL_SIGNATURE(T);
@@ -116,11 +114,10 @@ std::vector<KernelVariant<T>> kernel_variants() {
   ROTARY_DETAIL_TYPE_INSTANCES(KW, float)     \
   ROTARY_DETAIL_TYPE_INSTANCES(KW, double)    \
   ROTARY_DETAIL_TYPE_INSTANCES(KW, ::rotary::f16) \
-  ROTARY_DETAIL_TYPE_INSTANCES(KW, ::rotary::bf16) \
-  ROTARY_DETAIL_BF16_HW_INSTANCE(KW)
+  ROTARY_DETAIL_TYPE_INSTANCES(KW, ::rotary::bf16)
 // NOLINTEND(bugprone-macro-parentheses)
 
-#if defined(ROTARY_SEPARATE_KERNELS) && !defined(ROTARY_DETAIL_INSTANTIATING_KERNELS)
+#if ROTARY_DETAIL_DECLARE_KERNELS_ONLY
 ROTARY_DETAIL_KERNEL_INSTANCES(extern template)
 #endif
 

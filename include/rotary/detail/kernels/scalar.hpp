@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "../convert.hpp"
+#include "entries.hpp"
 #include "kernel_args.hpp"
 
 namespace rotary::detail::scalar {
