@@ -13,6 +13,7 @@
 #include "parallel.hpp"    // IWYU pragma: export
 #include "dispatch.hpp"    // IWYU pragma: export
 #include "apply.hpp"       // IWYU pragma: export
+#include "table.hpp"       // IWYU pragma: export
 #include "reference.hpp"   // IWYU pragma: export
 #include "hf_config.hpp"   // IWYU pragma: export
 #include "scaling.hpp"     // IWYU pragma: export

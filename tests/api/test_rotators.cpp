@@ -14,6 +14,7 @@
 
 #include <rotary/layouts.hpp>
 #include <rotary/multi_axis.hpp>
+#include <rotary/table.hpp>
 #include <rotary/xpos.hpp>
 
 #include "support.hpp"
@@ -218,6 +219,24 @@ TEST(Rotators, XPosKeysBf16) {
   std::mt19937_64 rng(rotary_test::seed() + 6);
   const rotary::XPos<rotary::bf16> x(spec(Pairing::interleaved), 0.5, 256.0);
   check_all<rotary::bf16>(x.keys(-2.0), x.keys(-2.0), OneD{}, rng);
+}
+
+TEST(Rotators, CallerTableBf16SeparateF16) {
+  std::mt19937_64 rng(rotary_test::seed() + 9);
+  const std::int64_t half = kHeadDim / 2 - 4;  // rotary_dim 24
+  const std::vector<rotary::f16> cos = rotary_test::random_vector<rotary::f16>(static_cast<std::size_t>(256 * half), rng);
+  const std::vector<rotary::f16> sin = rotary_test::random_vector<rotary::f16>(static_cast<std::size_t>(256 * half), rng);
+  const rotary::TableRope<rotary::bf16, rotary::f16> r(
+      kHeadDim, 2 * half, Pairing::interleaved, rotary::CosSinTableView<rotary::f16>::separate(cos.data(), sin.data(), 256, half));
+  check_all<rotary::bf16>(r, r, OneD{}, rng);
+}
+
+TEST(Rotators, CallerTableF32Concatenated) {
+  std::mt19937_64 rng(rotary_test::seed() + 10);
+  const std::vector<float> cs = rotary_test::random_vector<float>(static_cast<std::size_t>(256 * 24), rng);
+  const rotary::TableRope<float> r(kHeadDim, 24, Pairing::half_split,
+                                   rotary::CosSinTableView<float>::concatenated(cs.data(), 256, 24));
+  check_all<float>(r, r, OneD{}, rng);
 }
 
 // The member API and the views are one path: same bits.

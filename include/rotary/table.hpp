@@ -1,0 +1,283 @@
+// rotary — bring your own cos/sin table: a non-owning view of a caller's table (ONNX, ORT, vLLM,
+// FlashAttention, candle, HF) and TableRope, the rotator that runs every entry point on it.
+//
+// The table need not hold unit rotations (any values are applied as given) and may be stored in
+// f32, f64, f16 or bf16. Rows are widened once, exactly, to the call's compute type (f32 for f32,
+// f16 and bf16 vectors, f64 for f64 ones); a table wider than the compute type (f64 cos/sin for f32
+// vectors) is refused at compile time rather than narrowed silently. The same kernels run as for a
+// Rope, so results are the same bits on every ISA: a table whose rows equal a Rope's cache rows gives
+// that Rope's results exactly.
+#ifndef ROTARY_TABLE_HPP
+#define ROTARY_TABLE_HPP
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "apply.hpp"
+#include "cache.hpp"
+#include "config.hpp"
+#include "detail/convert.hpp"
+#include "detail/driver/checks.hpp"
+#include "detail/driver/driver.hpp"
+#include "detail/format.hpp"
+#include "dtype.hpp"
+#include "positions.hpp"
+#include "types.hpp"
+
+namespace rotary {
+
+// A caller's cos/sin table, not owned: row r holds the cos and sin of position first_position() + r
+// for pairs j = 0 .. half()-1. E is the element type (f32, f64, f16, bf16). The factories check their
+// arguments and throw rotary::error.
+template <class E>
+class CosSinTableView {
+  static_assert(is_storage_type_v<E>, "a cos/sin table holds f32, f64, f16 (Eigen::half) or bf16 (Eigen::bfloat16)");
+
+ public:
+  using element_type = E;
+
+  // Separate tables cos[rows, half] and sin[rows, half] (ONNX, ORT, FlashAttention, candle): cos of
+  // row r, pair j at cos[r * row_stride + j]; row_stride 0 means half.
+  static CosSinTableView separate(const E* cos, const E* sin, std::int64_t rows, std::int64_t half,
+                                  std::int64_t row_stride = 0) {
+    return make(cos, sin, rows, half, row_stride == 0 ? half : row_stride, half, "separate");
+  }
+  // One table cos_sin[rows, rotary_dim] = cat(cos, sin) per row (vLLM's cos_sin_cache, and the layout
+  // of a rotary CosSinCache); row_stride 0 means rotary_dim.
+  static CosSinTableView concatenated(const E* cos_sin, std::int64_t rows, std::int64_t rotary_dim,
+                                      std::int64_t row_stride = 0) {
+    const std::int64_t half = half_of(rotary_dim, "concatenated");
+    return make(cos_sin, cos_sin == nullptr ? nullptr : cos_sin + half, rows, half,
+                row_stride == 0 ? rotary_dim : row_stride, rotary_dim, "concatenated");
+  }
+  // HF's duplicated tables cos[rows, rotary_dim] and sin[rows, rotary_dim], each cat(v, v) per row
+  // (emb = cat(freqs, freqs)). Only the first half of a row is read, so the factory checks, once,
+  // that every row's second half repeats its first bit for bit: a table that does not is not this
+  // layout and is refused rather than half-ignored.
+  static CosSinTableView duplicated(const E* cos, const E* sin, std::int64_t rows, std::int64_t rotary_dim,
+                                    std::int64_t row_stride = 0) {
+    const std::int64_t half = half_of(rotary_dim, "duplicated");
+    CosSinTableView v = make(cos, sin, rows, half, row_stride == 0 ? rotary_dim : row_stride, rotary_dim,
+                             "duplicated");
+    for (const auto& [table, name] : {std::pair<const E*, const char*>{cos, "cos"}, {sin, "sin"}})
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const E* row = table + r * v.stride_;
+        if (std::memcmp(row, row + half, static_cast<std::size_t>(half) * sizeof(E)) != 0)
+          throw error(detail::concat("duplicated table: ", name, " row ", r,
+                                     " is not cat(v, v) (its second half differs from its first); "
+                                     "use CosSinTableView::separate for tables of rotary_dim/2 values"));
+      }
+    return v;
+  }
+
+  // The same table with row 0 holding position p (default 0): positions [p, p + rows()).
+  CosSinTableView with_first_position(std::int64_t p) const {
+    if (p < 0 || p > std::numeric_limits<std::int64_t>::max() - rows_)
+      throw error(detail::concat("table first position (", p, ") must be >= 0 and first + rows must fit int64"));
+    CosSinTableView v = *this;
+    v.first_ = p;
+    return v;
+  }
+  // Rows [from, from + count) of this table, as a table of their own (positions restart at 0): e.g.
+  // batch b's rows of a per-(batch, token) table.
+  CosSinTableView rows_from(std::int64_t from, std::int64_t count) const {
+    if (from < 0 || count < 0 || from > rows_ - count)
+      throw error(detail::concat("table rows [", from, ", ", from, " + ", count, ") are outside its ", rows_, " rows"));
+    CosSinTableView v = *this;
+    v.cos_ += from * stride_;
+    v.sin_ += from * stride_;
+    v.rows_ = count;
+    v.first_ = 0;
+    return v;
+  }
+
+  const E* cos() const noexcept { return cos_; }
+  const E* sin() const noexcept { return sin_; }
+  std::int64_t rows() const noexcept { return rows_; }
+  std::int64_t half() const noexcept { return half_; }
+  std::int64_t rotary_dim() const noexcept { return 2 * half_; }
+  std::int64_t row_stride() const noexcept { return stride_; }
+  std::int64_t first_position() const noexcept { return first_; }
+  // True where each row is [cos half | sin half] contiguous, the layout kernels read directly.
+  bool concatenated_rows() const noexcept { return rows_ > 0 && sin_ == cos_ + half_; }
+
+ private:
+  static std::int64_t half_of(std::int64_t rotary_dim, const char* layout) {
+    if (rotary_dim <= 0 || rotary_dim % 2 != 0)
+      throw error(detail::concat(layout, " table: rotary_dim (", rotary_dim, ") must be even and > 0"));
+    return rotary_dim / 2;
+  }
+  static CosSinTableView make(const E* cos, const E* sin, std::int64_t rows, std::int64_t half,
+                              std::int64_t stride, std::int64_t width, const char* layout) {
+    if (half <= 0) throw error(detail::concat(layout, " table: half (", half, ") must be > 0"));
+    if (rows < 0) throw error(detail::concat(layout, " table: rows (", rows, ") must be >= 0"));
+    if (stride < width)
+      throw error(detail::concat(layout, " table: row_stride (", stride, ") is less than a row's ", width, " values"));
+    if (rows > 0 && (cos == nullptr || sin == nullptr))
+      throw error(detail::concat(layout, " table: null cos or sin pointer for ", rows, " rows"));
+    if (rows > 0 && stride > std::numeric_limits<std::int64_t>::max() / rows)
+      throw error(detail::concat(layout, " table: rows x row_stride overflows int64"));
+    CosSinTableView v;
+    v.cos_ = cos;
+    v.sin_ = sin;
+    v.rows_ = rows;
+    v.half_ = half;
+    v.stride_ = stride;
+    return v;
+  }
+
+  const E* cos_ = nullptr;
+  const E* sin_ = nullptr;
+  std::int64_t rows_ = 0;
+  std::int64_t half_ = 0;
+  std::int64_t stride_ = 0;
+  std::int64_t first_ = 0;
+};
+
+// A view of a range cache's rows (e.g. one Rope<float>'s table, shared by Rope-shaped rotators of
+// f32, f16 and bf16 vectors without a copy). The cache must outlive the view.
+template <class C>
+CosSinTableView<C> table_view(const CosSinCache<C>& cache) {
+  if (!cache.is_range())
+    throw error("table_view: a cache of listed positions has no table indexed by position");
+  return CosSinTableView<C>::concatenated(cache.data(), cache.size(), cache.rotary_dim())
+      .with_first_position(cache.begin_position());
+}
+
+// The rotator over a caller's table: vectors of storage type T (head_dim values per head, the first
+// rotary_dim rotated with `pairing`, the rest passed through), cos/sin from `table` indexed by
+// position. Accepted by every entry point that takes a Rope (apply, apply_qk, strided, batches,
+// varlen, TensorMap). The table must outlive the calls.
+template <class T, class E = compute_t<T>>
+class TableRope {
+  static_assert(is_storage_type_v<T>, "rotary stores f32, f64, f16 (Eigen::half) or bf16 (Eigen::bfloat16)");
+  static_assert(sizeof(E) <= sizeof(compute_t<T>),
+                "the cos/sin table is wider than the compute type (f64 table for f32/f16/bf16 vectors): "
+                "rotary never narrows it silently; convert the table to f32 yourself if that is intended");
+
+ public:
+  using value_type = T;
+
+  TableRope(std::int64_t head_dim, std::int64_t rotary_dim, Pairing pairing, const CosSinTableView<E>& table)
+      : head_dim_(head_dim), rotary_dim_(rotary_dim), pairing_(pairing), table_(table) {
+    if (head_dim <= 0) throw error(detail::concat("head_dim (", head_dim, ") must be > 0"));
+    if (rotary_dim <= 0 || rotary_dim % 2 != 0 || rotary_dim > head_dim)
+      throw error(detail::concat("rotary_dim (", rotary_dim, ") must be even, > 0 and <= head_dim (", head_dim, ")"));
+    if (table.half() != rotary_dim / 2)
+      throw error(detail::concat("the table holds ", table.half(), " cos/sin values per row; rotary_dim ", rotary_dim,
+                                 " needs ", rotary_dim / 2));
+  }
+
+  std::int64_t head_dim() const noexcept { return head_dim_; }
+  std::int64_t rotary_dim() const noexcept { return rotary_dim_; }
+  Pairing pairing() const noexcept { return pairing_; }
+  const CosSinTableView<E>& table() const noexcept { return table_; }
+
+ private:
+  std::int64_t head_dim_;
+  std::int64_t rotary_dim_;
+  Pairing pairing_;
+  CosSinTableView<E> table_;
+};
+
+namespace detail {
+
+// Positions within [first, first + rows) of a caller's table (and the array/overflow checks every
+// call makes).
+inline std::string check_table_positions(const Positions& p, std::int64_t tokens, std::int64_t first,
+                                         std::int64_t rows) {
+  std::string m = check_positions(p, tokens, static_cast<const CosSinCache<float>*>(nullptr));
+  if (!m.empty() || tokens == 0) return m;
+  const auto outside = [first, rows](std::int64_t pos) { return pos < first || pos - first >= rows; };
+  const auto where = [first, rows] { return concat(" is outside the table [", first, ", ", first + rows, ")"); };
+  if (p.is_contiguous()) {
+    for (const std::int64_t t : {std::int64_t{0}, tokens - 1})
+      if (outside(p.start() + t)) return concat("position ", p.start() + t, " (token ", t, ")", where());
+    return {};
+  }
+  for (std::int64_t t = 0; t < tokens; ++t)
+    if (outside(p[t])) return concat("positions[", t, "] (", p[t], ")", where());
+  return {};
+}
+
+// A caller's table in the compute type with [cos | sin] rows: the kernels read it in place.
+template <class C>
+struct ViewRows {
+  static constexpr bool kTable = true;
+  CosSinTableView<C> table;
+  Positions positions;
+  std::string check(std::int64_t tokens, bool /*fused*/) const {
+    return check_table_positions(positions, tokens, table.first_position(), table.rows());
+  }
+  RowSource<C> rows() const noexcept {
+    RowSource<C> s;
+    s.base = table.cos();
+    s.stride = table.row_stride();
+    s.first = table.first_position();
+    s.positions = positions;
+    return s;
+  }
+};
+
+// Any other table: each block's rows gathered into [cos | sin] rows of the compute type C, widened
+// exactly from E.
+template <class C, class E>
+struct GatheredRows {
+  static constexpr bool kTable = false;
+  static constexpr std::int64_t kBlock = 64;
+  struct Scratch {};
+  CosSinTableView<E> table;
+  Positions positions;
+  std::string check(std::int64_t tokens, bool /*fused*/) const {
+    return check_table_positions(positions, tokens, table.first_position(), table.rows());
+  }
+  static Scratch scratch() noexcept { return {}; }
+  static constexpr bool separate_key_rows() noexcept { return false; }
+  void fill(std::int64_t from, std::int64_t t0, std::int64_t t1, C* rows, C* /*key_rows*/,
+            Scratch& /*scratch*/) const noexcept {
+    const std::int64_t h = table.half();
+    for (std::int64_t t = t0; t < t1; ++t) {
+      const std::int64_t r = positions[t] - table.first_position();
+      ROTARY_ASSERT(r >= 0 && r < table.rows());
+      const E* c = table.cos() + r * table.row_stride();
+      const E* s = table.sin() + r * table.row_stride();
+      C* out = rows + (t - from) * 2 * h;
+      for (std::int64_t j = 0; j < h; ++j) out[j] = widen(c[j]);
+      for (std::int64_t j = 0; j < h; ++j) out[h + j] = widen(s[j]);
+    }
+  }
+  static C widen(E v) noexcept {
+    if constexpr (std::is_same_v<E, f16> || std::is_same_v<E, bf16>)
+      return static_cast<C>(to_compute(v));  // exact: f16/bf16 -> f32 (-> f64)
+    else
+      return static_cast<C>(v);  // same type, or f32 -> f64: exact
+  }
+};
+
+}  // namespace detail
+
+template <class T, class E>
+struct rotator_traits<TableRope<T, E>> {
+  using value_type = T;
+  using positions_type = Positions;
+  template <class F>
+  static void with_rows(const TableRope<T, E>& r, const Positions& p, Direction /*dir*/, F&& f) {
+    using C = compute_t<T>;
+    if constexpr (std::is_same_v<E, C>) {
+      if (r.table().concatenated_rows()) {
+        f(detail::ViewRows<C>{r.table(), p});
+        return;
+      }
+    }
+    f(detail::GatheredRows<C, E>{r.table(), p});
+  }
+};
+
+}  // namespace rotary
+
+#endif  // ROTARY_TABLE_HPP
