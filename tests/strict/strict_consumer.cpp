@@ -4,6 +4,7 @@
 // instantiated, so this instantiates the main entry points for every storage type, and main() runs
 // them on tiny shapes with both pairings: a forward then inverse rotation must give back the input.
 #include <rotary/rotary.hpp>
+#include <rotary/compat/onnx.hpp>
 #include <rotary/tensor_map.hpp>
 #if ROTARY_STRICT_HF_JSON  // the optional header, when CMake found nlohmann-json
 #include <rotary/hf_json.hpp>
@@ -173,6 +174,27 @@ double analysis_and_weights() {
   return static_cast<double>(grad.size() + f.theta.size()) + w2.sum();
 }
 
+// The ONNX front end and a caller's table for each ONNX element type: a rotation by the identity
+// table (cos 1, sin 0) must give back the input exactly.
+template <class T>
+bool onnx_identity() {
+  const std::vector<std::int64_t> shape{1, 2, 2, 8};  // [B, H, S, D]
+  std::vector<T> x(32);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = T(static_cast<float>(i) * 0.25f);
+  const std::vector<T> cos(4 * 4, T(1.0f));
+  const std::vector<T> sin(4 * 4, T(0.0f));
+  const std::vector<std::int64_t> ids{3, 1};
+  std::vector<T> y(x.size());
+  rotary::onnx::rotary_embedding(x.data(), shape, cos.data(), sin.data(), {4, 4}, ids.data(), y.data(),
+                                 rotary::onnx::RotaryEmbeddingAttrs{});
+  const rotary::TableRope<T, T> r(8, 8, Pairing::interleaved,
+                                  rotary::CosSinTableView<T>::separate(cos.data(), sin.data(), 4, 4));
+  rotary::apply_strided(r, y.data(), rotary::StridedLayout{4, 1, 8, 8}, rotary::Positions::contiguous(0));
+  for (std::size_t i = 0; i < x.size(); ++i)
+    if (!(static_cast<float>(y[i]) == static_cast<float>(x[i]))) return false;
+  return true;
+}
+
 }  // namespace
 
 int main() {
@@ -191,6 +213,10 @@ int main() {
       }
     }
     if (!(analysis_and_weights() > 0.0)) ++failures;
+    if (!onnx_identity<float>() || !onnx_identity<Eigen::half>() || !onnx_identity<Eigen::bfloat16>()) {
+      std::printf("onnx_identity: the identity table changed a value\n");
+      ++failures;
+    }
     return failures == 0 ? 0 : 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "strict_consumer: %s\n", e.what());

@@ -1,0 +1,205 @@
+// rotary — ONNX RotaryEmbedding (opset 23, domain ai.onnx) and ONNX Runtime's com.microsoft
+// RotaryEmbedding contrib op, with their semantics, on rotary's kernels.
+//
+// ai.onnx RotaryEmbedding-23 (rotary::onnx::rotary_embedding):
+//   input     3-D [B, S, H*D] (attrs.num_heads = H required) or 4-D [B, H, S, D]
+//   cos/sin   [max_pos, r/2] indexed by position_ids [B, S]; or, with position_ids null,
+//             [B, S, r/2]: one row per (batch, token)
+//   r         attrs.rotary_embedding_dim, 0 for the whole head (D); coordinates [r, D) pass through
+//   pairing   attrs.interleaved: pairs (x[2j], x[2j+1]); else halves (x[j], x[j + r/2])
+//   output    the input's shape; output == input rotates in place
+//   out_j = cos_j * x1_j - sin_j * x2_j,   out'_j = sin_j * x1_j + cos_j * x2_j  (the reference op's
+//   formula; rotary rounds once per output from f32, where the reference rounds each f16/bf16 step)
+// The caches may hold any values (they are not checked to be rotations). Every inconsistency throws
+// rotary::error: a rank other than 3 or 4, a non-positive or non-dividing num_heads, an odd or
+// oversized r, a cache width other than r/2, cache rows that do not match [B, S] without
+// position_ids, a position outside [0, max_pos), null pointers, int64 overflow of a shape.
+//
+// com.microsoft RotaryEmbedding (rotary::onnx::contrib::rotary_embedding): the same math; input 3-D
+// [B, S, H*D] or 4-D [B, H, S, D]; cos/sin [max_pos, r/2]; position_ids [B, S], or of shape [1]: a
+// start offset, positions start + s for every batch.
+#ifndef ROTARY_COMPAT_ONNX_HPP
+#define ROTARY_COMPAT_ONNX_HPP
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "../apply.hpp"
+#include "../detail/format.hpp"
+#include "../dtype.hpp"
+#include "../positions.hpp"
+#include "../table.hpp"
+#include "../types.hpp"
+
+namespace rotary::onnx {
+
+struct RotaryEmbeddingAttrs {
+  bool interleaved = false;
+  std::int64_t rotary_embedding_dim = 0;  // 0: the whole head
+  std::int64_t num_heads = 0;             // required for 3-D input
+};
+
+namespace detail {
+
+using rotary::detail::concat;
+
+inline std::string shape_string(const std::vector<std::int64_t>& s) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < s.size(); ++i) out += (i > 0 ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+// The element count of a shape, refusing negative dimensions and int64 overflow.
+inline std::int64_t elements(const std::vector<std::int64_t>& s, const char* name) {
+  std::int64_t n = 1;
+  for (const std::int64_t d : s) {
+    if (d < 0) throw error(concat(name, " shape ", shape_string(s), " has a negative dimension"));
+    if (d > 0 && n > std::numeric_limits<std::int64_t>::max() / d)
+      throw error(concat(name, " shape ", shape_string(s), " overflows int64"));
+    n *= d;
+  }
+  return n;
+}
+
+// An input tensor as batches of strided tokens x heads, and the rotation dimension.
+struct Geometry {
+  std::int64_t batch = 0, seq = 0, heads = 0, head_dim = 0, rotary_dim = 0;
+  StridedLayout per_batch;        // one batch's tokens x heads
+  std::int64_t batch_stride = 0;  // elements between batches
+};
+
+inline Geometry geometry(const std::vector<std::int64_t>& shape, const RotaryEmbeddingAttrs& attrs, const char* op) {
+  Geometry g;
+  static_cast<void>(elements(shape, "input"));
+  if (shape.size() == 3) {
+    if (attrs.num_heads <= 0)
+      throw error(concat(op, ": 3-D input ", shape_string(shape), " needs num_heads > 0 (got ", attrs.num_heads, ")"));
+    if (shape[2] % attrs.num_heads != 0)
+      throw error(concat(op, ": hidden size ", shape[2], " of input ", shape_string(shape),
+                         " is not a multiple of num_heads (", attrs.num_heads, ")"));
+    g.batch = shape[0];
+    g.seq = shape[1];
+    g.heads = attrs.num_heads;
+    g.head_dim = shape[2] / attrs.num_heads;
+    g.per_batch = StridedLayout{g.seq, g.heads, g.heads * g.head_dim, g.head_dim};  // [S, H, D]
+  } else if (shape.size() == 4) {
+    if (attrs.num_heads != 0 && attrs.num_heads != shape[1])
+      throw error(concat(op, ": num_heads (", attrs.num_heads, ") disagrees with input ", shape_string(shape),
+                         " = [batch, num_heads, seq, head_size]"));
+    g.batch = shape[0];
+    g.heads = shape[1];
+    g.seq = shape[2];
+    g.head_dim = shape[3];
+    g.per_batch = StridedLayout{g.seq, g.heads, g.head_dim, g.seq * g.head_dim};  // [H, S, D]
+  } else {
+    throw error(concat(op, ": input ", shape_string(shape), " must be 3-D [batch, seq, hidden] or 4-D "
+                       "[batch, num_heads, seq, head_size]"));
+  }
+  g.batch_stride = g.seq * g.heads * g.head_dim;
+  g.rotary_dim = attrs.rotary_embedding_dim == 0 ? g.head_dim : attrs.rotary_embedding_dim;
+  if (g.rotary_dim <= 0 || g.rotary_dim % 2 != 0 || g.rotary_dim > g.head_dim)
+    throw error(concat(op, ": rotary_embedding_dim (", g.rotary_dim, ") must be even, > 0 and <= head_size (",
+                       g.head_dim, ")"));
+  return g;
+}
+
+inline void check_cache_width(const std::vector<std::int64_t>& cache_shape, std::int64_t rotary_dim, const char* op) {
+  if (cache_shape.back() != rotary_dim / 2)
+    throw error(concat(op, ": cos/sin cache ", shape_string(cache_shape), " has rows of ", cache_shape.back(),
+                       " values; rotary_embedding_dim ", rotary_dim, " needs ", rotary_dim / 2));
+}
+
+// Rotates each batch b with positions_of(b) into table rows table_of(b).
+template <class T, class TableOf, class PositionsOf>
+void run_batches(const T* input, T* output, const Geometry& g, bool interleaved, const TableOf& table_of,
+                 const PositionsOf& positions_of) {
+  const Pairing pairing = interleaved ? Pairing::interleaved : Pairing::half_split;
+  for (std::int64_t b = 0; b < g.batch; ++b) {
+    const TableRope<T, T> rope(g.head_dim, g.rotary_dim, pairing, table_of(b));
+    apply_strided(rope, input + b * g.batch_stride, g.per_batch, output + b * g.batch_stride, g.per_batch,
+                  positions_of(b));
+  }
+}
+
+template <class T>
+void check_pointers(const T* input, const T* cos_cache, const T* sin_cache, const T* output, std::int64_t n,
+                    const char* op) {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, f16> || std::is_same_v<T, bf16>,
+                "ONNX RotaryEmbedding takes float, float16 (rotary::f16) or bfloat16 (rotary::bf16)");
+  if (n > 0 && (input == nullptr || output == nullptr)) throw error(concat(op, ": null input or output"));
+  if (cos_cache == nullptr || sin_cache == nullptr) throw error(concat(op, ": null cos_cache or sin_cache"));
+}
+
+}  // namespace detail
+
+// ai.onnx RotaryEmbedding-23 (see the top of this file). cache_shape is the shape of cos_cache and
+// of sin_cache: [max_pos, r/2] with position_ids ([B, S] values), [B, S, r/2] without.
+template <class T>  // float, rotary::f16, rotary::bf16
+void rotary_embedding(const T* input, const std::vector<std::int64_t>& input_shape, const T* cos_cache,
+                      const T* sin_cache, const std::vector<std::int64_t>& cache_shape,
+                      const std::int64_t* position_ids,  // [B, S], or nullptr: cos/sin are [B, S, r/2]
+                      T* output, const RotaryEmbeddingAttrs& attrs) {
+  const char* op = "onnx::rotary_embedding";
+  const detail::Geometry g = detail::geometry(input_shape, attrs, op);
+  detail::check_pointers(input, cos_cache, sin_cache, output, g.batch_stride * g.batch, op);
+  static_cast<void>(detail::elements(cache_shape, "cos/sin cache"));
+  const bool with_ids = position_ids != nullptr;
+  if (cache_shape.size() != (with_ids ? 2u : 3u))
+    throw error(detail::concat(op, ": cos/sin cache ", detail::shape_string(cache_shape), " must be ",
+                               with_ids ? "2-D [max_position_id + 1, rotary_dim / 2] with position_ids"
+                                        : "3-D [batch, seq, rotary_dim / 2] without position_ids"));
+  detail::check_cache_width(cache_shape, g.rotary_dim, op);
+  const std::int64_t half = g.rotary_dim / 2;
+  if (with_ids) {
+    const auto table = CosSinTableView<T>::separate(cos_cache, sin_cache, cache_shape[0], half);
+    detail::run_batches(
+        input, output, g, attrs.interleaved, [&](std::int64_t) { return table; },
+        [&](std::int64_t b) { return Positions(position_ids + b * g.seq, g.seq); });
+  } else {
+    if (cache_shape[0] != g.batch || cache_shape[1] != g.seq)
+      throw error(detail::concat(op, ": without position_ids the cos/sin cache ", detail::shape_string(cache_shape),
+                                 " must be [batch, seq, rotary_dim / 2] = [", g.batch, ", ", g.seq, ", ", half, "]"));
+    const auto table = CosSinTableView<T>::separate(cos_cache, sin_cache, g.batch * g.seq, half);
+    detail::run_batches(
+        input, output, g, attrs.interleaved, [&](std::int64_t b) { return table.rows_from(b * g.seq, g.seq); },
+        [](std::int64_t) { return Positions::contiguous(0); });
+  }
+}
+
+namespace contrib {
+
+// com.microsoft RotaryEmbedding (see the top of this file): position_ids_shape [B, S], or [1] for a
+// start offset shared by every batch; cache_shape [max_pos, r/2].
+template <class T>  // float, rotary::f16, rotary::bf16
+void rotary_embedding(const T* input, const std::vector<std::int64_t>& input_shape, const std::int64_t* position_ids,
+                      const std::vector<std::int64_t>& position_ids_shape, const T* cos_cache, const T* sin_cache,
+                      const std::vector<std::int64_t>& cache_shape, T* output, const RotaryEmbeddingAttrs& attrs) {
+  const char* op = "onnx::contrib::rotary_embedding";
+  const detail::Geometry g = detail::geometry(input_shape, attrs, op);
+  detail::check_pointers(input, cos_cache, sin_cache, output, g.batch_stride * g.batch, op);
+  static_cast<void>(detail::elements(cache_shape, "cos/sin cache"));
+  if (cache_shape.size() != 2)
+    throw error(detail::concat(op, ": cos/sin cache ", detail::shape_string(cache_shape),
+                               " must be 2-D [max_sequence_length, rotary_dim / 2]"));
+  detail::check_cache_width(cache_shape, g.rotary_dim, op);
+  if (position_ids == nullptr) throw error(detail::concat(op, ": null position_ids"));
+  const bool start_only = position_ids_shape == std::vector<std::int64_t>{1};
+  if (!start_only && position_ids_shape != std::vector<std::int64_t>{g.batch, g.seq})
+    throw error(detail::concat(op, ": position_ids ", detail::shape_string(position_ids_shape), " must be [1] or [",
+                               g.batch, ", ", g.seq, "]"));
+  const auto table = CosSinTableView<T>::separate(cos_cache, sin_cache, cache_shape[0], g.rotary_dim / 2);
+  detail::run_batches(
+      input, output, g, attrs.interleaved, [&](std::int64_t) { return table; },
+      [&](std::int64_t b) {
+        return start_only ? Positions::contiguous(position_ids[0]) : Positions(position_ids + b * g.seq, g.seq);
+      });
+}
+
+}  // namespace contrib
+
+}  // namespace rotary::onnx
+
+#endif  // ROTARY_COMPAT_ONNX_HPP
