@@ -4,7 +4,9 @@
 // instantiated, so this instantiates the main entry points for every storage type, and main() runs
 // them on tiny shapes with both pairings: a forward then inverse rotation must give back the input.
 #include <rotary/rotary.hpp>
+#include <rotary/compat/flash_attn.hpp>
 #include <rotary/compat/onnx.hpp>
+#include <rotary/compat/vllm.hpp>
 #include <rotary/tensor_map.hpp>
 #if ROTARY_STRICT_HF_JSON  // the optional header, when CMake found nlohmann-json
 #include <rotary/hf_json.hpp>
@@ -174,10 +176,10 @@ double analysis_and_weights() {
   return static_cast<double>(grad.size() + f.theta.size()) + w2.sum();
 }
 
-// The ONNX front end and a caller's table for each ONNX element type: a rotation by the identity
+// The ONNX, vLLM and FlashAttention front ends and a caller's table for each ONNX element type: a rotation by the identity
 // table (cos 1, sin 0) must give back the input exactly.
 template <class T>
-bool onnx_identity() {
+bool compat_identity() {
   const std::vector<std::int64_t> shape{1, 2, 2, 8};  // [B, H, S, D]
   std::vector<T> x(32);
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = T(static_cast<float>(i) * 0.25f);
@@ -190,6 +192,10 @@ bool onnx_identity() {
   const rotary::TableRope<T, T> r(8, 8, Pairing::interleaved,
                                   rotary::CosSinTableView<T>::separate(cos.data(), sin.data(), 4, 4));
   rotary::apply_strided(r, y.data(), rotary::StridedLayout{4, 1, 8, 8}, rotary::Positions::contiguous(0));
+  std::vector<T> cat(4 * 4);  // vLLM's cat(cos, sin) rows, rot_dim 4
+  for (std::size_t i = 0; i < cat.size(); ++i) cat[i] = T(i % 4 < 2 ? 1.0f : 0.0f);
+  rotary::vllm::rotary_embedding(ids.data(), 2, y.data(), 2, y.data() + 16, 2, 4, cat.data(), 4, 4, false);
+  rotary::flash_attn::apply_rotary_emb(y.data(), y.data(), 1, 2, 2, 8, cos.data(), sin.data(), {4, 4});
   for (std::size_t i = 0; i < x.size(); ++i)
     if (!(static_cast<float>(y[i]) == static_cast<float>(x[i]))) return false;
   return true;
@@ -213,8 +219,8 @@ int main() {
       }
     }
     if (!(analysis_and_weights() > 0.0)) ++failures;
-    if (!onnx_identity<float>() || !onnx_identity<Eigen::half>() || !onnx_identity<Eigen::bfloat16>()) {
-      std::printf("onnx_identity: the identity table changed a value\n");
+    if (!compat_identity<float>() || !compat_identity<Eigen::half>() || !compat_identity<Eigen::bfloat16>()) {
+      std::printf("compat_identity: the identity table changed a value\n");
       ++failures;
     }
     return failures == 0 ? 0 : 1;

@@ -1,0 +1,158 @@
+// rotary — FlashAttention's apply_rotary_emb (flash_attn/layers/rotary.py, ops/triton/rotary.py) with
+// its semantics, on rotary's kernels.
+//
+//   x            (batch, seqlen, nheads, headdim): apply_rotary_emb; or packed (total_seqlen, nheads,
+//                headdim) with cu_seqlens (batch + 1 int32 offsets) and max_seqlen: apply_rotary_emb_varlen
+//   cos, sin     (seqlen_ro, rotary_dim / 2); rotary_dim <= headdim, the rest of each head passes through
+//   interleaved  true: pairs (x[2j], x[2j+1]) (GPT-J); false: (x[j], x[j + rotary_dim/2]) (GPT-NeoX)
+//   seqlen_offsets: one shift for every sequence, or one per sequence (int32 or int64);
+//                token s of sequence b sits at position s + offset_b
+//   conjugate    sin negated: the inverse rotation (the backward pass)
+//   out          may be x itself (inplace=True)
+// FlashAttention's masking is kept: a token whose position is at or past seqlen_ro is left unchanged
+// (its kernel loads cos = 1, sin = 0 there). Tables of any values and of f32, f64, f16 or bf16 are
+// accepted (widened exactly, never narrowed). Inconsistent shapes, a negative offset, cu_seqlens that
+// are not non-decreasing from 0 to total_seqlen, a sequence longer than max_seqlen, null pointers and
+// overlapping x/out (other than x == out) throw rotary::error.
+#ifndef ROTARY_COMPAT_FLASH_ATTN_HPP
+#define ROTARY_COMPAT_FLASH_ATTN_HPP
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "../apply.hpp"
+#include "../detail/format.hpp"
+#include "../positions.hpp"
+#include "../table.hpp"
+#include "../types.hpp"
+
+namespace rotary::flash_attn {
+
+// seqlen_offsets: an int (the default 0) or a per-sequence array of int32 or int64.
+class SeqlenOffsets {
+ public:
+  SeqlenOffsets(std::int64_t shift = 0) noexcept : shift_(shift) {}  // NOLINT(google-explicit-constructor)
+  SeqlenOffsets(const std::int32_t* per_sequence, std::int64_t count) noexcept : i32_(per_sequence), count_(count) {}
+  SeqlenOffsets(const std::int64_t* per_sequence, std::int64_t count) noexcept : i64_(per_sequence), count_(count) {}
+
+  bool per_sequence() const noexcept { return i32_ != nullptr || i64_ != nullptr; }
+  std::int64_t count() const noexcept { return count_; }
+  std::int64_t operator[](std::int64_t b) const noexcept {
+    if (i32_ != nullptr) return i32_[b];
+    if (i64_ != nullptr) return i64_[b];
+    return shift_;
+  }
+
+ private:
+  std::int64_t shift_ = 0;
+  const std::int32_t* i32_ = nullptr;
+  const std::int64_t* i64_ = nullptr;
+  std::int64_t count_ = 0;
+};
+
+// The shape of cos and of sin: (seqlen_ro, rotary_dim / 2).
+struct TableShape {
+  std::int64_t seqlen_ro = 0;
+  std::int64_t half = 0;  // rotary_dim / 2
+};
+
+struct Options {
+  bool interleaved = false;
+  SeqlenOffsets seqlen_offsets = {};
+  bool conjugate = false;
+};
+
+namespace detail {
+
+using rotary::detail::concat;
+
+// Sequences b = 0..count-1 of `starts` (count + 1 token offsets), heads x headdim per token, dense.
+template <class T, class E>
+void run_sequences(const char* op, const T* x, T* out, const std::vector<std::int64_t>& starts, std::int64_t nheads,
+                   std::int64_t headdim, const E* cos, const E* sin, const TableShape& ts, const Options& o) {
+  if (nheads < 0 || headdim <= 0)
+    throw error(concat(op, ": nheads (", nheads, ") must be >= 0 and headdim (", headdim, ") > 0"));
+  if (ts.seqlen_ro < 0 || ts.half <= 0)
+    throw error(concat(op, ": cos/sin shape (", ts.seqlen_ro, ", ", ts.half, ") must be (seqlen_ro >= 0, rotary_dim/2 > 0)"));
+  if (2 * ts.half > headdim)
+    throw error(concat(op, ": rotary_dim (", 2 * ts.half, ") must be <= headdim (", headdim, ")"));
+  if (cos == nullptr || sin == nullptr) throw error(concat(op, ": null cos or sin"));
+  const auto count = static_cast<std::int64_t>(starts.size()) - 1;
+  if (o.seqlen_offsets.per_sequence() && o.seqlen_offsets.count() != count)
+    throw error(concat(op, ": seqlen_offsets holds ", o.seqlen_offsets.count(), " values for ", count, " sequences"));
+  const std::int64_t token = nheads * headdim;  // elements per token
+  const std::int64_t n = starts.back() * token;
+  if (n > 0 && (x == nullptr || out == nullptr)) throw error(concat(op, ": null x or out"));
+  const std::less<const T*> before;  // a total order, also for unrelated buffers
+  if (n > 0 && x != out && before(x, out + n) && before(out, x + n))
+    throw error(concat(op, ": out overlaps x without being x (in place is out == x)"));
+  for (std::int64_t b = 0; b < count; ++b)
+    if (o.seqlen_offsets[b] < 0) throw error(concat(op, ": seqlen_offsets[", b, "] (", o.seqlen_offsets[b], ") must be >= 0"));
+  const TableRope<T, E> rope(headdim, 2 * ts.half, o.interleaved ? Pairing::interleaved : Pairing::half_split,
+                             CosSinTableView<E>::separate(cos, sin, ts.seqlen_ro, ts.half));
+  const Direction dir = o.conjugate ? Direction::inverse : Direction::forward;
+  for (std::int64_t b = 0; b < count; ++b) {
+    const std::int64_t first = starts[static_cast<std::size_t>(b)];
+    const std::int64_t len = starts[static_cast<std::size_t>(b) + 1] - first;
+    const std::int64_t offset = o.seqlen_offsets[b];
+    // FlashAttention's masking: positions at or past seqlen_ro keep their values.
+    const std::int64_t rotated = offset >= ts.seqlen_ro ? 0 : std::min(len, ts.seqlen_ro - offset);
+    if (rotated > 0) {
+      const StridedLayout l{rotated, nheads, token, headdim};
+      apply_strided(rope, x + first * token, l, out + first * token, l, Positions::contiguous(offset), dir);
+    }
+    if (out != x && len > rotated)
+      std::memcpy(static_cast<void*>(out + (first + rotated) * token), static_cast<const void*>(x + (first + rotated) * token),
+                  static_cast<std::size_t>((len - rotated) * token) * sizeof(T));
+  }
+}
+
+}  // namespace detail
+
+// x and out (batch, seqlen, nheads, headdim), dense; out == x rotates in place.
+template <class T, class E>
+void apply_rotary_emb(const T* x, T* out, std::int64_t batch, std::int64_t seqlen, std::int64_t nheads,
+                      std::int64_t headdim, const E* cos, const E* sin, const TableShape& cos_shape,
+                      const Options& options = {}) {
+  const char* op = "flash_attn::apply_rotary_emb";
+  if (batch < 0 || seqlen < 0)
+    throw error(detail::concat(op, ": batch (", batch, ") and seqlen (", seqlen, ") must be >= 0"));
+  std::vector<std::int64_t> starts;
+  for (std::int64_t b = 0; b <= batch; ++b) starts.push_back(b * seqlen);
+  detail::run_sequences(op, x, out, starts, nheads, headdim, cos, sin, cos_shape, options);
+}
+
+// Packed x and out (total_seqlen, nheads, headdim); sequence b holds tokens [cu_seqlens[b],
+// cu_seqlens[b + 1]) and none is longer than max_seqlen; cu_seqlens has batch + 1 values.
+template <class T, class E>
+void apply_rotary_emb_varlen(const T* x, T* out, std::int64_t total_seqlen, std::int64_t nheads, std::int64_t headdim,
+                             const std::int32_t* cu_seqlens, std::int64_t batch, std::int64_t max_seqlen, const E* cos,
+                             const E* sin, const TableShape& cos_shape, const Options& options = {}) {
+  const char* op = "flash_attn::apply_rotary_emb_varlen";
+  if (batch < 0 || total_seqlen < 0)
+    throw error(detail::concat(op, ": batch (", batch, ") and total_seqlen (", total_seqlen, ") must be >= 0"));
+  if (cu_seqlens == nullptr) throw error(detail::concat(op, ": null cu_seqlens"));
+  if (max_seqlen < 0) throw error(detail::concat(op, ": max_seqlen (", max_seqlen, ") must be >= 0"));
+  std::vector<std::int64_t> starts;
+  for (std::int64_t b = 0; b <= batch; ++b) {
+    const std::int64_t v = cu_seqlens[b];
+    if (b == 0 && v != 0) throw error(detail::concat(op, ": cu_seqlens[0] (", v, ") must be 0"));
+    if (b > 0 && v < starts.back())
+      throw error(detail::concat(op, ": cu_seqlens must not decrease (cu_seqlens[", b, "] = ", v, " < ", starts.back(), ")"));
+    if (b > 0 && v - starts.back() > max_seqlen)
+      throw error(detail::concat(op, ": sequence ", b - 1, " has ", v - starts.back(), " tokens, more than max_seqlen (",
+                                 max_seqlen, ")"));
+    starts.push_back(v);
+  }
+  if (starts.back() != total_seqlen)
+    throw error(detail::concat(op, ": cu_seqlens[batch] (", starts.back(), ") must equal total_seqlen (", total_seqlen, ")"));
+  detail::run_sequences(op, x, out, starts, nheads, headdim, cos, sin, cos_shape, options);
+}
+
+}  // namespace rotary::flash_attn
+
+#endif  // ROTARY_COMPAT_FLASH_ATTN_HPP

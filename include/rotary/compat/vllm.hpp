@@ -1,0 +1,67 @@
+// rotary — vLLM's rotary_embedding op (csrc/pos_encoding_kernels: the custom op behind
+// RotaryEmbedding.forward_cuda / forward_cpu) with its semantics, on rotary's kernels.
+//
+//   positions      int64 [num_tokens]: the row of cos_sin_cache for each token
+//   query          [num_tokens, num_heads * head_size], rotated in place
+//   key            [num_tokens, num_kv_heads * head_size], rotated in place, or null
+//   cos_sin_cache  [max_position, rot_dim]: per row rot_dim/2 cos values then rot_dim/2 sin values
+//   rot_dim        <= head_size; coordinates [rot_dim, head_size) of each head pass through
+//   is_neox        true: pairs (x[j], x[j + rot_dim/2]) (GPT-NeoX); false: (x[2j], x[2j+1]) (GPT-J)
+// The cache may be f32, f64, f16 or bf16 (vLLM keeps it in the query's dtype); it is widened exactly
+// to f32 (f64 for f64 vectors) and never narrowed. Query and key are rotated in one fused pass.
+// Unlike the GPU kernel, positions are checked: one outside [0, max_position) throws rotary::error,
+// as do null pointers, an odd or oversized rot_dim, a row stride shorter than a token's heads and
+// query/key buffers that overlap.
+#ifndef ROTARY_COMPAT_VLLM_HPP
+#define ROTARY_COMPAT_VLLM_HPP
+
+#include <cstdint>
+
+#include "../apply.hpp"
+#include "../detail/format.hpp"
+#include "../positions.hpp"
+#include "../table.hpp"
+#include "../types.hpp"
+
+namespace rotary::vllm {
+
+// The strided form: query row (token t, head h) at query + t * query_token_stride + h *
+// query_head_stride (elements); likewise key. vLLM passes query.stride(-2) style strides for
+// [num_tokens, num_heads, head_size] views of fused QKV buffers.
+template <class T, class E>
+void rotary_embedding_strided(const std::int64_t* positions, std::int64_t num_tokens, T* query,
+                              std::int64_t num_heads, std::int64_t query_token_stride,
+                              std::int64_t query_head_stride, T* key, std::int64_t num_kv_heads,
+                              std::int64_t key_token_stride, std::int64_t key_head_stride, std::int64_t head_size,
+                              const E* cos_sin_cache, std::int64_t max_position, std::int64_t rot_dim, bool is_neox) {
+  using detail::concat;
+  if (num_tokens < 0) throw error(concat("vllm::rotary_embedding: num_tokens (", num_tokens, ") must be >= 0"));
+  if (num_tokens > 0 && positions == nullptr) throw error("vllm::rotary_embedding: null positions");
+  if (num_tokens > 0 && query == nullptr) throw error("vllm::rotary_embedding: null query");
+  if (cos_sin_cache == nullptr) throw error("vllm::rotary_embedding: null cos_sin_cache");
+  if (key == nullptr && num_kv_heads != 0)
+    throw error(concat("vllm::rotary_embedding: key is null but num_kv_heads is ", num_kv_heads));
+  if (rot_dim <= 0 || rot_dim % 2 != 0)
+    throw error(concat("vllm::rotary_embedding: rot_dim (", rot_dim, ") must be even and > 0"));
+  const TableRope<T, E> rope(head_size, rot_dim, is_neox ? Pairing::half_split : Pairing::interleaved,
+                             CosSinTableView<E>::concatenated(cos_sin_cache, max_position, rot_dim));
+  const StridedLayout ql{num_tokens, num_heads, query_token_stride, query_head_stride};
+  const StridedLayout kl = key == nullptr ? StridedLayout{num_tokens, 0, 0, 0}
+                                          : StridedLayout{num_tokens, num_kv_heads, key_token_stride, key_head_stride};
+  apply_qk_strided(rope, query, ql, query, ql, key, kl, key, kl, Positions(positions, num_tokens));
+}
+
+// Dense query [num_tokens, num_heads * head_size] and key [num_tokens, num_kv_heads * head_size]
+// (key null: num_kv_heads is ignored).
+template <class T, class E>
+void rotary_embedding(const std::int64_t* positions, std::int64_t num_tokens, T* query, std::int64_t num_heads,
+                      T* key, std::int64_t num_kv_heads, std::int64_t head_size, const E* cos_sin_cache,
+                      std::int64_t max_position, std::int64_t rot_dim, bool is_neox) {
+  const std::int64_t kv = key == nullptr ? 0 : num_kv_heads;
+  rotary_embedding_strided(positions, num_tokens, query, num_heads, num_heads * head_size, head_size, key, kv,
+                           kv * head_size, head_size, head_size, cos_sin_cache, max_position, rot_dim, is_neox);
+}
+
+}  // namespace rotary::vllm
+
+#endif  // ROTARY_COMPAT_VLLM_HPP
