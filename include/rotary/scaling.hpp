@@ -57,8 +57,12 @@
 // Engine quirks (EngineQuirks; all off = HF):
 //   * vllm_dynamic_fixed_table: vLLM's "dynamic" computes one table at n = L*s (b' = b*(s^2-s+1)^(d/(d-2)))
 //     and never changes it; HF recomputes at the current length (n = max(seq_len, L)).
-//   * ggml_yarn_magnitude: ggml/llama.cpp multiply 1 + 0.1*ln s into cos/sin for YaRN whatever the config
-//     says (attention_factor, mscale/mscale_all_dim are not used for the magnitude).
+//   * ggml_yarn_magnitude: the attention factor is 1 + 0.1*ln s, the term ggml's rope multiplies into
+//     cos/sin whenever ext_factor != 0 (HF's attention_factor, mscale/mscale_all_dim are not consulted).
+//     ggml multiplies it by its attn_factor argument, which llama.cpp sets per model (1 by default;
+//     DeepSeek-V2/V3 divide it by 1 + 0.1*ln s to cancel the term and put their mscale into the KQ
+//     scale), so this reproduces attn_factor = 1 and ext_factor = 1 only; rotary/compat/ggml.hpp
+//     takes ggml_rope_ext's whole argument list.
 //   * vllm_longrope_always_long: vLLM's longrope uses the long factors for the whole run (also for
 //     sequences <= L0); HF switches at seq_len > L0 (and keys cached before the switch were rotated
 //     with the short factors — see rerotate.hpp to convert them).
@@ -105,7 +109,7 @@ struct ScalingInput {
 
 struct EngineQuirks {  // reproduce other engines on purpose; all off = HF
   bool vllm_dynamic_fixed_table = false;   // dynamic NTK computed once at L*s
-  bool ggml_yarn_magnitude = false;        // multiply 1 + 0.1 ln s into cos/sin for yarn regardless of HF's attention factor rules
+  bool ggml_yarn_magnitude = false;        // yarn attention factor 1 + 0.1 ln s (ggml with attn_factor 1; see above)
   bool vllm_longrope_always_long = false;  // long factors for the whole run
 };
 
