@@ -11,6 +11,8 @@
 //            neon        rotary's NEON kernel, called directly (AArch64 builds)
 //            dispatch    rotary::apply_unchecked out of place: whatever kernel active_isa() picks
 //            onthefly    the same call with a cache-free Rope<T>(spec, rotary::OnTheFly{})
+//            table_vllm  the same call with a TableRope over the Rope's rows as vLLM's cat(cos, sin)
+//            table_separate  ... over separate cos and sin tables (ONNX / FlashAttention style)
 //            dispatch_qk rotary::apply_qk out of place: fused q+k (GQA shapes only, see below)
 // over kShapes (bench_common.hpp), rows = tokens*heads, row-major, token t at position t.
 //
@@ -132,8 +134,8 @@ Runner prepare_kernel(const Case<T>& c) {
 }
 
 // rotary::apply_unchecked out of place over Eigen rows (tokens*heads x head_dim).
-template <class T>
-void apply_rows(const rotary::Rope<T>& rope, const T* in, T* out, std::int64_t tokens, std::int64_t heads,
+template <class R, class T>
+void apply_rows(const R& rope, const T* in, T* out, std::int64_t tokens, std::int64_t heads,
                 std::int64_t head_dim) {
   Eigen::Map<const rotary::RowMatrix<T>> x(in, tokens * heads, head_dim);
   Eigen::Map<rotary::RowMatrix<T>> y(out, tokens * heads, head_dim);
@@ -159,6 +161,35 @@ Runner prepare_onthefly(const Case<T>& c) {
   Case<T> k = c;
   k.rope = rope.get();
   return [k, rope] { apply_rows(*k.rope, k.in, k.out, k.shape.tokens, k.shape.heads, k.shape.head_dim); };
+}
+
+// The same call through a caller's table (rotary::TableRope) holding the Rope's own rows, so the bits
+// are the same: table_vllm views the cache itself as vLLM's cat(cos, sin) rows (read in place);
+// table_separate holds separate cos and sin copies, ONNX-style (rows gathered per block).
+template <class T>
+Runner prepare_table_vllm(const Case<T>& c) {
+  using C = rotary::compute_t<T>;
+  auto rope = std::make_shared<const rotary::TableRope<T, C>>(c.rope->head_dim(), c.rope->rotary_dim(),
+                                                              c.rope->pairing(), rotary::table_view(c.rope->cache()));
+  const Case<T> k = c;
+  return [k, rope] { apply_rows(*rope, k.in, k.out, k.shape.tokens, k.shape.heads, k.shape.head_dim); };
+}
+
+template <class T>
+Runner prepare_table_separate(const Case<T>& c) {
+  using C = rotary::compute_t<T>;
+  const auto& cache = c.rope->cache();
+  const std::int64_t h = cache.pairs();
+  auto tables = std::make_shared<std::pair<std::vector<C>, std::vector<C>>>();
+  for (std::int64_t r = 0; r < cache.size(); ++r) {
+    tables->first.insert(tables->first.end(), cache.row_at(r), cache.row_at(r) + h);
+    tables->second.insert(tables->second.end(), cache.row_at(r) + h, cache.row_at(r) + 2 * h);
+  }
+  auto rope = std::make_shared<const rotary::TableRope<T, C>>(
+      c.rope->head_dim(), c.rope->rotary_dim(), c.rope->pairing(),
+      rotary::CosSinTableView<C>::separate(tables->first.data(), tables->second.data(), cache.size(), h));
+  const Case<T> k = c;
+  return [k, rope, tables] { apply_rows(*rope, k.in, k.out, k.shape.tokens, k.shape.heads, k.shape.head_dim); };
 }
 
 // Fused q+k: one checked rotary::apply_qk out of place (its checks are O(1) for contiguous positions).
@@ -315,6 +346,8 @@ std::vector<Impl<T>> make_impls() {
   add_isa_impls<T>(t, std::make_index_sequence<rotary::kIsaCount>{});
   t.push_back({"dispatch", &prepare_dispatch<T>, Expect::bit_exact, Shapes::any, nullptr});
   t.push_back({"onthefly", &prepare_onthefly<T>, Expect::close, Shapes::plain, nullptr});
+  t.push_back({"table_vllm", &prepare_table_vllm<T>, Expect::bit_exact, Shapes::plain, nullptr});
+  t.push_back({"table_separate", &prepare_table_separate<T>, Expect::bit_exact, Shapes::plain, nullptr});
   t.push_back({"dispatch_qk", &prepare_dispatch_qk<T>, Expect::bit_exact, Shapes::fused, nullptr});
   return t;
 }
@@ -406,7 +439,7 @@ bool is_key_shape(const Shape& s) {
 
 bool is_key_impl(const std::string& impl) {
   return impl == "memcpy" || impl == "dispatch" || impl == "matrix" || impl == "onthefly" ||
-         impl == "dispatch_qk";
+         impl == "dispatch_qk" || impl == "table_vllm" || impl == "table_separate";
 }
 
 template <class T>

@@ -50,6 +50,10 @@ inline constexpr Target kTargets[] = {
     {{"f32"}, kKeyShape, "512 tok", {"dispatch"}, {"matrix"}, Measure::speed, 10.0},
     // the cache-free Rope against the cached one
     {{"f32", "f16", "bf16"}, kKeyShape, "512 tok", {"onthefly"}, {"dispatch"}, Measure::time, 1.5},
+    // a caller's table (issue 14): vLLM's cat layout read in place, separate cos/sin gathered per block
+    {{"f32", "f16", "bf16"}, kKeyShape, "512 tok vLLM table", {"table_vllm"}, {"dispatch"}, Measure::speed, 0.95},
+    {{"f32", "f16", "bf16"}, kKeyShape, "512 tok separate cos/sin", {"table_separate"}, {"dispatch"}, Measure::speed,
+     0.95},
     // layout table (f32): fused q+k as rows, 1 thread; the DRAM shape on 2 threads
     {{"f32"}, kGqaShape, "GQA 512 tok fused", {"dispatch_qk", "rows", 1}, {"memcpy", "flat", 1}, Measure::speed,
      0.85},
