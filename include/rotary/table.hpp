@@ -205,7 +205,7 @@ inline std::string check_table_positions(const Positions& p, std::int64_t tokens
   return {};
 }
 
-// A caller's table in the compute type with [cos | sin] rows: the kernels read it in place.
+// A caller's table in the compute type, any layout: the kernels read it in place.
 template <class C>
 struct ViewRows {
   static constexpr bool kTable = true;
@@ -217,6 +217,7 @@ struct ViewRows {
   RowSource<C> rows() const noexcept {
     RowSource<C> s;
     s.base = table.cos();
+    s.sin_base = table.sin();
     s.stride = table.row_stride();
     s.first = table.first_position();
     s.positions = positions;
@@ -224,7 +225,7 @@ struct ViewRows {
   }
 };
 
-// Any other table: each block's rows gathered into [cos | sin] rows of the compute type C, widened
+// A table of another element type: each block's rows gathered into [cos | sin] rows of the compute type C, widened
 // exactly from E.
 template <class C, class E>
 struct GatheredRows {
@@ -268,13 +269,10 @@ struct rotator_traits<TableRope<T, E>> {
   template <class F>
   static void with_rows(const TableRope<T, E>& r, const Positions& p, Direction /*dir*/, F&& f) {
     using C = compute_t<T>;
-    if constexpr (std::is_same_v<E, C>) {
-      if (r.table().concatenated_rows()) {
-        f(detail::ViewRows<C>{r.table(), p});
-        return;
-      }
-    }
-    f(detail::GatheredRows<C, E>{r.table(), p});
+    if constexpr (std::is_same_v<E, C>)
+      f(detail::ViewRows<C>{r.table(), p});
+    else
+      f(detail::GatheredRows<C, E>{r.table(), p});
   }
 };
 

@@ -2,8 +2,8 @@
 // HF-duplicated; row strides; f32/f64/f16/bf16 elements) and TableRope through the entry points.
 // - A view of a Rope's own cache gives that Rope's results bit for bit, for f32, f16 and bf16 vectors
 //   sharing one CosSinCache<float>, on every ISA this machine runs.
-// - Every layout and element type equals, bit for bit, the same values in the layout the kernels read
-//   in place (widening is exact), and equals an independent reference: each pair rotated by the 2x2
+// - Every layout and element type equals, bit for bit, the same values as compute-type [cos | sin]
+//   rows (read in place like a Rope's cache; widening is exact), and equals an independent reference: each pair rotated by the 2x2
 //   block [[c, -s], [s, c]] of the table's own (not necessarily unit) values, in double; tolerance
 //   2 ulp of the compute type on |x0 c| + |x1 s| plus half an ulp of the storage type.
 // - Refusals: positions outside the table (below its first position too), a width that does not

@@ -35,16 +35,24 @@ struct StreamArgs {
   }
 };
 
-// Where a kernel reads token t's cos/sin row (rotary_dim/2 cos values, then rotary_dim/2 sin
-// values): the one row source every kernel sees, whatever produced the rows.
-//   a table indexed by position (a CosSinCache, or a caller's table of this layout): row
-//     base + (positions[t] - first) * stride; a cache of listed positions (CosSinCache::for_positions)
-//     is looked up through `listed` instead;
-//   rows made for a block of tokens (cache-free, multi-axis, xPos, re-rotation): positions
-//     contiguous from 0 and first = the block's first token, so row t is base + (t - first) * stride.
+// Token t's rotary_dim/2 cos values (at c) and rotary_dim/2 sin values (at s).
+template <class C>
+struct CosSin {
+  const C* c;
+  const C* s;
+};
+
+// Where a kernel reads token t's cos and sin values: the one row source every kernel sees, whatever
+// produced the rows.
+//   a table indexed by position (a CosSinCache, or a caller's table): row r = positions[t] - first
+//     has its cos values at base + r * stride and its sin values at sin_base + r * stride; a cache of
+//     listed positions (CosSinCache::for_positions) is looked up through `listed` instead;
+//   rows made for a block of tokens (cache-free, multi-axis, xPos, re-rotation): [cos | sin] rows,
+//     positions contiguous from 0 and first = the block's first token, so r = t - first.
 template <class C>
 struct RowSource {
-  const C* base = nullptr;
+  const C* base = nullptr;      // cos of row 0
+  const C* sin_base = nullptr;  // sin of row 0
   std::ptrdiff_t stride = 0;
   std::int64_t first = 0;
   const CosSinCache<C>* listed = nullptr;
@@ -54,26 +62,28 @@ struct RowSource {
   static RowSource table(const CosSinCache<C>& cache, const Positions& p) noexcept {
     RowSource s;
     s.base = cache.data();
+    s.sin_base = cache.data() + cache.pairs();
     s.stride = cache.rotary_dim();
     s.first = cache.begin_position();
     s.listed = cache.is_range() ? nullptr : &cache;
     s.positions = p;
     return s;
   }
-  // Rows of consecutive tokens from token0 on, `stride` apart.
-  static RowSource block(const C* rows, std::ptrdiff_t stride, std::int64_t token0) noexcept {
+  // [cos | sin] rows of rotary_dim values, consecutive tokens from token0 on.
+  static RowSource block(const C* rows, std::int64_t rotary_dim, std::int64_t token0) noexcept {
     RowSource s;
     s.base = rows;
-    s.stride = stride;
+    s.sin_base = rows + rotary_dim / 2;
+    s.stride = rotary_dim;
     s.first = token0;
     return s;
   }
 
-  const C* row(std::int64_t t) const noexcept {
+  CosSin<C> row(std::int64_t t) const noexcept {
     const std::int64_t p = positions[t];
     const std::int64_t r = listed != nullptr ? listed->row_index(p) : p - first;
     ROTARY_ASSERT(r >= 0);
-    return base + r * stride;
+    return {base + r * stride, sin_base + r * stride};
   }
 };
 
@@ -92,8 +102,8 @@ struct KernelArgs {
 
   std::int64_t total_heads() const noexcept { return q.heads + k.heads; }
 
-  // The cos/sin row of token t: rotary_dim/2 cos values, then rotary_dim/2 sin values.
-  const C* cos_sin_row(std::int64_t t) const noexcept { return rows.row(t); }
+  // The cos and sin values of token t (rotary_dim/2 each).
+  CosSin<C> cos_sin_row(std::int64_t t) const noexcept { return rows.row(t); }
 };
 
 // Head h of token t over q's heads then k's: h < q.heads is q's head h, else k's head h - q.heads.

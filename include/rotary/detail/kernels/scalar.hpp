@@ -26,12 +26,13 @@ inline void rotate_pair(T x0, T x1, T c, T s, T& y0, T& y1) noexcept {
   y1 = fused_multiply_add(x1, c, x0 * s);
 }
 
-// One head row in storage type T, computed in C = compute_t<T>. cs = [cos_0..cos_{h-1},
-// sin_0..sin_{h-1}], h = rotary_dim/2; sign = +1 or -1. `in` and `out` are the same row or disjoint.
+// One head row in storage type T, computed in C = compute_t<T>: cos_0..cos_{h-1} at cs.c,
+// sin_0..sin_{h-1} at cs.s, h = rotary_dim/2; sign = +1 or -1. `in` and `out` are the same row or
+// disjoint.
 template <class T, class C = compute_t<T>>
-inline void rotate_row(Pairing pairing, const C* cs, std::int64_t h, C sign, const T* in, T* out) noexcept {
-  const C* c = cs;
-  const C* s = cs + h;
+inline void rotate_row(Pairing pairing, const CosSin<C>& cs, std::int64_t h, C sign, const T* in, T* out) noexcept {
+  const C* c = cs.c;
+  const C* s = cs.s;
   const std::int64_t step = pairing == Pairing::half_split ? 1 : 2;  // index of pair j's first element
   const std::int64_t second = pairing == Pairing::half_split ? h : 1;  // offset of its second element
   for (std::int64_t j = 0; j < h; ++j) {
@@ -62,7 +63,7 @@ void rotate_tokens(const KernelArgs<T>& a, std::int64_t t0, std::int64_t t1) noe
   const Rows<T> rows(a);
   const std::int64_t heads = a.total_heads();
   for (std::int64_t t = t0; t < t1; ++t) {
-    const C* cs = a.cos_sin_row(t);
+    const CosSin<C> cs = a.cos_sin_row(t);
     for (std::int64_t head = 0; head < heads; ++head) {
       const T* in = rows.in_row(t, head);
       T* out = rows.out_row(t, head);

@@ -58,8 +58,8 @@ struct HalfSplit {
   static constexpr std::int64_t second(std::int64_t h) noexcept { return h; }
 
   template <class Sign>
-  static ROTARY_KERNEL_INLINE Coef coef(const C* cs, std::int64_t h, std::int64_t j, Sign neg) noexcept {
-    return {S::load(cs + j), S::flip(S::load(cs + h + j), neg)};
+  static ROTARY_KERNEL_INLINE Coef coef(const CosSin<C>& cs, std::int64_t j, Sign neg) noexcept {
+    return {S::load(cs.c + j), S::flip(S::load(cs.s + j), neg)};
   }
   static ROTARY_KERNEL_INLINE void step(const T* in, T* out, std::int64_t h, std::int64_t j,
                                         const Coef& k) noexcept {
@@ -96,9 +96,9 @@ struct HalfSplit {
   using Tail = typename S::Mask;
   static ROTARY_KERNEL_INLINE Tail tail(int n) noexcept { return S::mask(n); }
   template <class Sign>
-  static ROTARY_KERNEL_INLINE Coef coef(const C* cs, std::int64_t h, std::int64_t j, Sign neg,
+  static ROTARY_KERNEL_INLINE Coef coef(const CosSin<C>& cs, std::int64_t j, Sign neg,
                                         const Tail& m) noexcept {
-    return {S::load(cs + j, m), S::flip(S::load(cs + h + j, m), neg)};
+    return {S::load(cs.c + j, m), S::flip(S::load(cs.s + j, m), neg)};
   }
   static ROTARY_KERNEL_INLINE void step(const T* in, T* out, std::int64_t h, std::int64_t j, const Coef& k,
                                         const Tail& m) noexcept {
@@ -128,8 +128,8 @@ struct InterleavedDup {
   static constexpr std::int64_t second(std::int64_t) noexcept { return 1; }
 
   template <class Sign>
-  static ROTARY_KERNEL_INLINE Coef coef(const C* cs, std::int64_t h, std::int64_t j, Sign neg) noexcept {
-    return {S::load_dup(cs + j), S::flip(S::load_dup(cs + h + j), neg)};
+  static ROTARY_KERNEL_INLINE Coef coef(const CosSin<C>& cs, std::int64_t j, Sign neg) noexcept {
+    return {S::load_dup(cs.c + j), S::flip(S::load_dup(cs.s + j), neg)};
   }
   static ROTARY_KERNEL_INLINE void step(const T* in, T* out, std::int64_t, std::int64_t j,
                                         const Coef& k) noexcept {
@@ -149,9 +149,9 @@ struct InterleavedDup {
   };
   static ROTARY_KERNEL_INLINE Tail tail(int n) noexcept { return {S::mask(2 * n), S::half_mask(n)}; }
   template <class Sign>
-  static ROTARY_KERNEL_INLINE Coef coef(const C* cs, std::int64_t h, std::int64_t j, Sign neg,
+  static ROTARY_KERNEL_INLINE Coef coef(const CosSin<C>& cs, std::int64_t j, Sign neg,
                                         const Tail& m) noexcept {
-    return {S::load_dup(cs + j, m.hm), S::flip(S::load_dup(cs + h + j, m.hm), neg)};
+    return {S::load_dup(cs.c + j, m.hm), S::flip(S::load_dup(cs.s + j, m.hm), neg)};
   }
   static ROTARY_KERNEL_INLINE void step(const T* in, T* out, std::int64_t, std::int64_t j, const Coef& k,
                                         const Tail& m) noexcept {
@@ -176,8 +176,8 @@ struct InterleavedPairs {
   static constexpr std::int64_t second(std::int64_t) noexcept { return 1; }
 
   template <class Sign>
-  static ROTARY_KERNEL_INLINE Coef coef(const C* cs, std::int64_t h, std::int64_t j, Sign neg) noexcept {
-    return {S::load(cs + j), S::flip(S::load(cs + h + j), neg)};
+  static ROTARY_KERNEL_INLINE Coef coef(const CosSin<C>& cs, std::int64_t j, Sign neg) noexcept {
+    return {S::load(cs.c + j), S::flip(S::load(cs.s + j), neg)};
   }
   static ROTARY_KERNEL_INLINE void step(const T* in, T* out, std::int64_t, std::int64_t j,
                                         const Coef& k) noexcept {
@@ -199,9 +199,9 @@ struct InterleavedPairs {
   };
   static ROTARY_KERNEL_INLINE Tail tail(int n) noexcept { return {S::pmask(2 * n), S::mask(n)}; }
   template <class Sign>
-  static ROTARY_KERNEL_INLINE Coef coef(const C* cs, std::int64_t h, std::int64_t j, Sign neg,
+  static ROTARY_KERNEL_INLINE Coef coef(const CosSin<C>& cs, std::int64_t j, Sign neg,
                                         const Tail& m) noexcept {
-    return {S::load(cs + j, m.cm), S::flip(S::load(cs + h + j, m.cm), neg)};
+    return {S::load(cs.c + j, m.cm), S::flip(S::load(cs.s + j, m.cm), neg)};
   }
   static ROTARY_KERNEL_INLINE void step(const T* in, T* out, std::int64_t, std::int64_t j, const Coef& k,
                                         const Tail& m) noexcept {
@@ -233,17 +233,17 @@ struct HalfSplitPairs {
   static constexpr std::int64_t second(std::int64_t h) noexcept { return h; }
 
   template <class Sign>
-  static ROTARY_KERNEL_INLINE Coef coef_n(const C* cs, std::int64_t h, std::int64_t j, Sign neg, int n) noexcept {
+  static ROTARY_KERNEL_INLINE Coef coef_n(const CosSin<C>& cs, std::int64_t j, Sign neg, int n) noexcept {
     Coef k;
-    S::load2(cs + j, n, k.ce, k.co);
-    S::load2(cs + h + j, n, k.se, k.so);
+    S::load2(cs.c + j, n, k.ce, k.co);
+    S::load2(cs.s + j, n, k.se, k.so);
     k.se = S::flip(k.se, neg);
     k.so = S::flip(k.so, neg);
     return k;
   }
   template <class Sign>
-  static ROTARY_KERNEL_INLINE Coef coef(const C* cs, std::int64_t h, std::int64_t j, Sign neg) noexcept {
-    return coef_n(cs, h, j, neg, kPairs);
+  static ROTARY_KERNEL_INLINE Coef coef(const CosSin<C>& cs, std::int64_t j, Sign neg) noexcept {
+    return coef_n(cs, j, neg, kPairs);
   }
   static ROTARY_KERNEL_INLINE void math(const Coef& k, V x0e, V x0o, V x1e, V x1o, V& y0e, V& y0o, V& y1e,
                                         V& y1o) noexcept {
@@ -274,9 +274,9 @@ struct HalfSplitPairs {
   };
   static ROTARY_KERNEL_INLINE Tail tail(int n) noexcept { return {S::pmask(n), n}; }
   template <class Sign>
-  static ROTARY_KERNEL_INLINE Coef coef(const C* cs, std::int64_t h, std::int64_t j, Sign neg,
+  static ROTARY_KERNEL_INLINE Coef coef(const CosSin<C>& cs, std::int64_t j, Sign neg,
                                         const Tail& m) noexcept {
-    return coef_n(cs, h, j, neg, m.n);
+    return coef_n(cs, j, neg, m.n);
   }
   static ROTARY_KERNEL_INLINE void step(const T* in, T* out, std::int64_t h, std::int64_t j, const Coef& k,
                                         const Tail& m) noexcept {
@@ -316,7 +316,7 @@ ROTARY_KERNEL_INLINE void copy_pass_through(const typename S::T* in, typename S:
 
 // Pairs [j0, h) of one row by the scalar kernel's own formula and conversions (lanes without masks).
 template <class P>
-ROTARY_KERNEL_INLINE void scalar_pairs(const typename P::T* in, typename P::T* out, const typename P::C* cs,
+ROTARY_KERNEL_INLINE void scalar_pairs(const typename P::T* in, typename P::T* out, const CosSin<typename P::C>& cs,
                                        std::int64_t j0, std::int64_t h, typename P::C sign) noexcept {
   using T = typename P::T;
   using C = typename P::C;
@@ -325,7 +325,7 @@ ROTARY_KERNEL_INLINE void scalar_pairs(const typename P::T* in, typename P::T* o
     const std::int64_t i0 = P::index(j);
     C y0;
     C y1;
-    scalar::rotate_pair<C>(to_compute(in[i0]), to_compute(in[i0 + second]), cs[j], sign * cs[h + j], y0, y1);
+    scalar::rotate_pair<C>(to_compute(in[i0]), to_compute(in[i0 + second]), cs.c[j], sign * cs.s[j], y0, y1);
     out[i0] = from_compute<T>(y0);
     out[i0 + second] = from_compute<T>(y1);
   }
@@ -333,7 +333,7 @@ ROTARY_KERNEL_INLINE void scalar_pairs(const typename P::T* in, typename P::T* o
 
 // The last h - j0 < kPairs pairs of a row: one masked step, or the scalar formula.
 template <class P, class Tail>
-ROTARY_KERNEL_INLINE void tail_step(const typename P::T* in, typename P::T* out, const typename P::C* cs,
+ROTARY_KERNEL_INLINE void tail_step(const typename P::T* in, typename P::T* out, const CosSin<typename P::C>& cs,
                                     std::int64_t h, std::int64_t j0, const typename P::Coef& k,
                                     const Tail& m, typename P::C sign) noexcept {
   if constexpr (P::S::kMasked)
@@ -372,13 +372,13 @@ ROTARY_KERNEL_TARGET void rotate_registers(const KernelArgs<typename P::T>& a, s
   const auto neg = S::sign(a.inverse);
   const C sign = a.inverse ? C(-1) : C(1);
   for (std::int64_t t = t0; t < t1; ++t) {
-    const C* cs = a.cos_sin_row(t);
+    const CosSin<C> cs = a.cos_sin_row(t);
     Coef k[std::size_t{K} + 1];
 #pragma GCC unroll 16
-    for (int i = 0; i < K; ++i) k[i] = P::coef(cs, h, std::int64_t{i} * P::kPairs, neg);
+    for (int i = 0; i < K; ++i) k[i] = P::coef(cs, std::int64_t{i} * P::kPairs, neg);
     k[K] = Coef{};
     if constexpr (S::kMasked) {
-      if (rest > 0) k[K] = P::coef(cs, h, kFull, neg, m);
+      if (rest > 0) k[K] = P::coef(cs, kFull, neg, m);
     }
     for (std::int64_t head = 0; head < heads; ++head) {
       const T* in = rows.in_row(t, head);
@@ -419,7 +419,7 @@ ROTARY_KERNEL_TARGET void rotate_stream(const KernelArgs<typename P::T>& a, std:
   const C sign = a.inverse ? C(-1) : C(1);
   constexpr std::int64_t kBlockPairs = std::int64_t{kBlock} * P::kPairs;
   for (std::int64_t t = t0; t < t1; ++t) {
-    const C* cs = a.cos_sin_row(t);
+    const CosSin<C> cs = a.cos_sin_row(t);
     for (std::int64_t head = 0; head < heads; ++head) {
       const T* in = rows.in_row(t, head);
       T* out = rows.out_row(t, head);
@@ -429,15 +429,15 @@ ROTARY_KERNEL_TARGET void rotate_stream(const KernelArgs<typename P::T>& a, std:
           for (; j + kBlockPairs <= full; j += kBlockPairs) {
             Coef k[std::size_t{kBlock}];
 #pragma GCC unroll 16
-            for (int i = 0; i < kBlock; ++i) k[i] = P::coef(cs, h, j + std::int64_t{i} * P::kPairs, neg);
+            for (int i = 0; i < kBlock; ++i) k[i] = P::coef(cs, j + std::int64_t{i} * P::kPairs, neg);
             P::template block<kBlock>(in, out, h, j, k);
           }
         }
       }
-      for (; j < full; j += P::kPairs) P::step(in, out, h, j, P::coef(cs, h, j, neg));
+      for (; j < full; j += P::kPairs) P::step(in, out, h, j, P::coef(cs, j, neg));
       if (rest > 0) {
         if constexpr (S::kMasked)
-          P::step(in, out, h, full, P::coef(cs, h, full, neg, m), m);
+          P::step(in, out, h, full, P::coef(cs, full, neg, m), m);
         else
           scalar_pairs<P>(in, out, cs, full, h, sign);
       }
