@@ -179,7 +179,7 @@ TEST(Onnx, Refusals) {
   std::vector<float> cache(50 * 4);
   std::vector<std::int64_t> ids(2 * 4, 1);
   RotaryEmbeddingAttrs a;
-  const auto call = [&](std::vector<std::int64_t> shape, std::vector<std::int64_t> cache_shape,
+  const auto call = [&](const std::vector<std::int64_t>& shape, const std::vector<std::int64_t>& cache_shape,
                         const std::int64_t* p, const RotaryEmbeddingAttrs& at) {
     rotary::onnx::rotary_embedding(x.data(), shape, cache.data(), cache.data(), cache_shape, p, out.data(), at);
   };

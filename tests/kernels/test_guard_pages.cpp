@@ -44,7 +44,9 @@
 //
 // Elsewhere: zero-sized calls on pointers into a PROT_NONE page (test_edge_cases,
 // EdgeZeroSize.NoAccessNoThrow) and a dense head-major axial multi-axis call (test_multi_axis,
-// MultiAxisStrided.HeadMajorLayoutAndGuardPages). Not covered: reads of rotary's own cos/sin table
+// MultiAxisStrided.HeadMajorLayoutAndGuardPages). A caller's cos/sin table (row caller_table) sits
+// in guarded buffers too; one of another element type (widened per block) is not swept here. Not
+// covered: reads of rotary's own cos/sin table
 // and of scratch rows (heap allocations: the ASan build catches over-reads of them).
 #include <gtest/gtest.h>
 
@@ -809,6 +811,46 @@ class Fixture {
         rotary::apply_strided(rope_, x.data(), il, pos.get(), dir);
       }
       verify<T>(where("apply_strided in place", &pos), g_, dir, cache_rows<T>(rope_.cache()),
+                strided_jobs(il, il, pos), x.before, x.data(), x.before, x.data(), true);
+    }
+  }
+
+  // A caller's table (table.hpp): TableRope over separate cos and sin tables, each in its own
+  // guarded buffer holding exactly rows [p_min, p_max] of the call's positions (the Rope's own
+  // values, so the Rope's rows are the reference): Flush::end puts the last row's sin against the
+  // guard page, Flush::begin the first row's cos. Token-major and head-major layouts, out of place
+  // and in place, with a thread hook.
+  void caller_table() {
+    using Cc = C<T>;
+    const std::int64_t d = g_.head_dim;
+    const std::int64_t h = g_.rotary_dim / 2;
+    const StridedLayout token_major{kTokens, kHeads, kHeads * d + 2, d};
+    const StridedLayout head_major{kTokens, kHeads, d + 1, kTokens * (d + 1)};
+    for (int variant = 0; variant < 3; ++variant) {
+      const GuardedPositions pos = positions(variant, kTokens);
+      const auto [lo, hi] = std::minmax_element(pos.values().begin(), pos.values().end());
+      const std::int64_t rows = *hi - *lo + 1;
+      GuardedBuffer<Cc> cos(static_cast<std::size_t>(rows * h), flush_);
+      GuardedBuffer<Cc> sin(static_cast<std::size_t>(rows * h), flush_);
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const Cc* row = rope_.cache().row(*lo + r);
+        std::copy(row, row + h, cos.data() + r * h);
+        std::copy(row + h, row + 2 * h, sin.data() + r * h);
+      }
+      const rotary::TableRope<T, Cc> rope(
+          d, g_.rotary_dim, g_.pairing,
+          rotary::CosSinTableView<Cc>::separate(cos.data(), sin.data(), rows, h).with_first_position(*lo));
+      const Direction dir = dir_for(variant);
+      const StridedLayout& il = variant == 1 ? token_major : head_major;
+      const StridedLayout& ol = variant == 1 ? head_major : token_major;
+      Tensor<T> in = tensor(extent(il.tokens, il.heads, il.token_stride, il.head_stride, d));
+      Tensor<T> out = tensor(extent(ol.tokens, ol.heads, ol.token_stride, ol.head_stride, d));
+      rotary::apply_strided(rope, in.data(), il, out.data(), ol, pos.get(), dir, rotary::thread_parallel_for(2));
+      verify<T>(where("caller table out of place", &pos), g_, dir, cache_rows<T>(rope_.cache()),
+                strided_jobs(il, ol, pos), in.before, in.data(), out.before, out.data(), false);
+      Tensor<T> x = tensor(extent(il.tokens, il.heads, il.token_stride, il.head_stride, d));
+      rotary::apply_strided(rope, x.data(), il, pos.get(), dir);
+      verify<T>(where("caller table in place", &pos), g_, dir, cache_rows<T>(rope_.cache()),
                 strided_jobs(il, il, pos), x.before, x.data(), x.before, x.data(), true);
     }
   }
@@ -1903,6 +1945,8 @@ const std::vector<EntryPoint>& entry_points() {
       row("apply_qk_strided", Shapes::tails, P::both, Isas::every, [](auto& f) { f.apply_qk_strided(); }),
       row("for_positions_cache", Shapes::tails, P::both, Isas::every, [](auto& f) { f.listed_cache(); }),
       row("on_the_fly", Shapes::tails, P::both, Isas::every, [](auto& f) { f.on_the_fly(); }),
+      // table.hpp
+      row("caller_table", Shapes::tails, P::both, Isas::every, [](auto& f) { f.caller_table(); }),
       // layouts.hpp and tensor_map.hpp
       row("apply_batch", Shapes::tails, P::both, Isas::every, [](auto& f) { f.batch(); }),
       row("apply_qk_batch", Shapes::tails, P::both, Isas::every, [](auto& f) { f.qk_batch(); }),

@@ -5,6 +5,7 @@
 // them on tiny shapes with both pairings: a forward then inverse rotation must give back the input.
 #include <rotary/rotary.hpp>
 #include <rotary/compat/flash_attn.hpp>
+#include <rotary/compat/ggml.hpp>
 #include <rotary/compat/onnx.hpp>
 #include <rotary/compat/vllm.hpp>
 #include <rotary/tensor_map.hpp>
@@ -176,7 +177,7 @@ double analysis_and_weights() {
   return static_cast<double>(grad.size() + f.theta.size()) + w2.sum();
 }
 
-// The ONNX, vLLM and FlashAttention front ends and a caller's table for each ONNX element type: a rotation by the identity
+// The ONNX, vLLM, FlashAttention and ggml front ends and a caller's table for each ONNX element type: a rotation by the identity
 // table (cos 1, sin 0) must give back the input exactly.
 template <class T>
 bool compat_identity() {
@@ -196,6 +197,16 @@ bool compat_identity() {
   for (std::size_t i = 0; i < cat.size(); ++i) cat[i] = T(i % 4 < 2 ? 1.0f : 0.0f);
   rotary::vllm::rotary_embedding(ids.data(), 2, y.data(), 2, y.data() + 16, 2, 4, cat.data(), 4, 4, false);
   rotary::flash_attn::apply_rotary_emb(y.data(), y.data(), 1, 2, 2, 8, cos.data(), sin.data(), {4, 4});
+  rotary::ggml::RopeExtParams g;  // ggml at position 0 is the identity too
+  g.mode = rotary::ggml::Mode::neox;
+  g.n_dims = 8;
+  g.freq_scale = 0.5;
+  g.ext_factor = 1.0;
+  g.n_ctx_orig = 64;
+  g.attn_factor = 1.0 / (1.0 + 0.1 * std::log(2.0));  // cancels ggml's YaRN magnitude (to rounding)
+  const rotary::Rope<T> gr = rotary::ggml::make_rope<T>(8, g, 1);
+  std::vector<T> z(8, T(0.0f));
+  rotary::apply_strided(gr, z.data(), rotary::StridedLayout{1, 1, 8, 8}, rotary::Positions::contiguous(0));
   for (std::size_t i = 0; i < x.size(); ++i)
     if (!(static_cast<float>(y[i]) == static_cast<float>(x[i]))) return false;
   return true;
