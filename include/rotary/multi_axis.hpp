@@ -76,6 +76,7 @@
 #include "frequencies.hpp"
 #include "parallel.hpp"
 #include "rope.hpp"
+#include "table.hpp"
 #include "types.hpp"
 
 namespace rotary {
@@ -635,27 +636,35 @@ class MultiAxisRope {
 
 namespace detail {
 
-// Streams match the map, one position per token on each, every used position >= 0 and in the table.
-template <class T>
-std::string check_axis_positions(const MultiAxisRope<T>& r, const AxisPositions& p, std::int64_t tokens) {
-  const AxisMap& map = r.axis_map();
+// Streams match the map, one position per token on each, every used position >= 0 and held:
+// outside(v) is "" for a position the rows hold, else why not.
+template <class Outside>
+std::string check_axis_positions(const AxisMap& map, const AxisPositions& p, std::int64_t tokens,
+                                 const Outside& outside) {
   if (p.streams() != map.streams())
     return concat("positions have ", p.streams(), " streams but the axis map has ", map.streams());
   if (p.tokens() != tokens)
     return concat("positions have ", p.tokens(), " tokens per stream for ", tokens, " tokens");
   if (tokens == 0) return {};
-  const auto* cache = r.on_the_fly() ? nullptr : &r.rope().cache();
   for (int a = 0; a < map.streams(); ++a) {
     if (!map.uses(a)) continue;
     if (p.is_null(a)) return concat("positions stream ", a, " is null but holds ", tokens, " tokens");
     for (std::int64_t t = 0; t < tokens; ++t) {
       const std::int64_t v = p(a, t);
       if (v < 0) return concat("positions[stream ", a, "][token ", t, "] (", v, ") must be >= 0");
-      if (cache != nullptr && !cache->contains(v))
-        return concat("positions[stream ", a, "][token ", t, "]: ", cache->out_of_cache_message(v));
+      std::string m = outside(v);
+      if (!m.empty()) return concat("positions[stream ", a, "][token ", t, "]: ", m);
     }
   }
   return {};
+}
+
+template <class T>
+std::string check_axis_positions(const MultiAxisRope<T>& r, const AxisPositions& p, std::int64_t tokens) {
+  const auto* cache = r.on_the_fly() ? nullptr : &r.rope().cache();
+  return check_axis_positions(r.axis_map(), p, tokens, [cache](std::int64_t v) {
+    return cache == nullptr || cache->contains(v) ? std::string() : cache->out_of_cache_message(v);
+  });
 }
 
 // The driver's row source of a multi-axis call: each block's rows gathered from the table, or
@@ -689,6 +698,81 @@ struct rotator_traits<MultiAxisRope<T>> {
   template <class F>
   static void with_rows(const MultiAxisRope<T>& r, const AxisPositions& p, Direction /*dir*/, F&& f) {
     f(detail::AxisRows<T>{&r, &p});
+  }
+};
+
+// Multi-axis RoPE over a caller's cos/sin table (table.hpp): pair j takes its cos/sin from the table
+// row of the position of stream map.axis_of_pair()[j], as MultiAxisRope does from its own table
+// (M-RoPE engines that hold one cos/sin table indexed by position). E as for TableRope: widened
+// exactly, never narrowed. The table must outlive the calls.
+template <class T, class E = compute_t<T>>
+class TableMultiAxisRope {
+  static_assert(sizeof(E) <= sizeof(compute_t<T>),
+                "the cos/sin table is wider than the compute type: rotary never narrows it silently");
+
+ public:
+  TableMultiAxisRope(std::int64_t head_dim, Pairing pairing, AxisMap map, const CosSinTableView<E>& table)
+      : rope_(head_dim, 2 * map.pairs(), pairing, table), map_(std::move(map)) {}
+
+  std::int64_t head_dim() const noexcept { return rope_.head_dim(); }
+  std::int64_t rotary_dim() const noexcept { return rope_.rotary_dim(); }
+  Pairing pairing() const noexcept { return rope_.pairing(); }
+  const AxisMap& axis_map() const noexcept { return map_; }
+  const CosSinTableView<E>& table() const noexcept { return rope_.table(); }
+
+ private:
+  TableRope<T, E> rope_;  // the shape checks and the table
+  AxisMap map_;
+};
+
+namespace detail {
+
+// Each block's rows gathered pair by pair from the caller's table, widened to the compute type.
+template <class T, class E>
+struct TableAxisRows {
+  using C = compute_t<T>;
+  static constexpr bool kTable = false;
+  static constexpr std::int64_t kBlock = 64;
+  struct Scratch {};
+  const TableMultiAxisRope<T, E>* rope;
+  const AxisPositions* positions;
+  std::string check(std::int64_t tokens, bool /*fused*/) const {
+    const CosSinTableView<E>& tab = rope->table();
+    return check_axis_positions(rope->axis_map(), *positions, tokens, [&tab](std::int64_t v) {
+      return v >= tab.first_position() && v - tab.first_position() < tab.rows()
+                 ? std::string()
+                 : concat("position ", v, " is outside the table [", tab.first_position(), ", ",
+                          tab.first_position() + tab.rows(), ")");
+    });
+  }
+  static Scratch scratch() noexcept { return {}; }
+  static constexpr bool separate_key_rows() noexcept { return false; }
+  void fill(std::int64_t from, std::int64_t t0, std::int64_t t1, C* rows, C* /*key_rows*/,
+            Scratch& /*scratch*/) const noexcept {
+    const CosSinTableView<E>& tab = rope->table();
+    const std::int64_t h = tab.half();
+    const std::uint8_t* axis = rope->axis_map().axis_of_pair().data();
+    for (std::int64_t t = t0; t < t1; ++t) {
+      C* row = rows + (t - from) * 2 * h;
+      for (std::int64_t j = 0; j < h; ++j) {
+        const std::int64_t r = (*positions)(axis[j], t) - tab.first_position();
+        ROTARY_ASSERT(r >= 0 && r < tab.rows());
+        row[j] = GatheredRows<C, E>::widen(tab.cos()[r * tab.row_stride() + j]);
+        row[h + j] = GatheredRows<C, E>::widen(tab.sin()[r * tab.row_stride() + j]);
+      }
+    }
+  }
+};
+
+}  // namespace detail
+
+template <class T, class E>
+struct rotator_traits<TableMultiAxisRope<T, E>> {
+  using value_type = T;
+  using positions_type = AxisPositions;
+  template <class F>
+  static void with_rows(const TableMultiAxisRope<T, E>& r, const AxisPositions& p, Direction /*dir*/, F&& f) {
+    f(detail::TableAxisRows<T, E>{&r, &p});
   }
 };
 

@@ -239,6 +239,30 @@ TEST(Rotators, CallerTableF32Concatenated) {
   check_all<float>(r, r, OneD{}, rng);
 }
 
+// A caller's table driving a multi-axis rope: over a view of a MultiAxisRope's own table it must give
+// that rope's bits in every batch layout and varlen (the MultiAxisRope is the reference rotator).
+TEST(Rotators, CallerTableMultiAxisEqualsOwnTable) {
+  std::mt19937_64 rng(rotary_test::seed() + 11);
+  const rotary::MultiAxisRope<rotary::f16> own(spec(Pairing::half_split), rotary::mrope_axis_map(24, {4, 4, 4}), 256);
+  const rotary::TableMultiAxisRope<rotary::f16, float> caller(kHeadDim, Pairing::half_split,
+                                                              rotary::mrope_axis_map(24, {4, 4, 4}),
+                                                              rotary::table_view(own.rope().cache()));
+  const ThreeAxes axes(rng);
+  check_all<rotary::f16>(caller, caller, axes, rng);
+  const rotary::RowMatrix<rotary::f16> x = rotary_test::random_rows<rotary::f16>(5 * 3, kHeadDim, rng);
+  rotary::RowMatrix<rotary::f16> a = x;
+  rotary::RowMatrix<rotary::f16> b = x;
+  rotary::apply(own, a, axes.at(0, 5), 3);
+  rotary::apply(caller, b, axes.at(0, 5), 3);
+  EXPECT_TRUE(a == b);
+  const std::vector<float> small(static_cast<std::size_t>(10 * 24));
+  const rotary::TableMultiAxisRope<float> tiny(kHeadDim, Pairing::interleaved, rotary::mrope_axis_map(24, {4, 4, 4}),
+                                               rotary::CosSinTableView<float>::concatenated(small.data(), 10, 24));
+  rotary::RowMatrix<float> y = rotary_test::random_rows<float>(5, kHeadDim, rng);
+  rotary_test::expect_error([&] { rotary::apply(tiny, y, axes.at(0, 5), 1); },
+                            {"positions[stream", "is outside the table [0, 10)"});
+}
+
 // The member API and the views are one path: same bits.
 TEST(Rotators, XPosMembersEqualViews) {
   std::mt19937_64 rng(rotary_test::seed() + 7);
