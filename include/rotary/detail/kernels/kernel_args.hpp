@@ -62,7 +62,7 @@ struct RowSource {
   static RowSource table(const CosSinCache<C>& cache, const Positions& p) noexcept {
     RowSource s;
     s.base = cache.data();
-    s.sin_base = cache.data() + cache.pairs();
+    s.sin_base = cache.empty() ? nullptr : cache.data() + cache.pairs();  // no arithmetic on null
     s.stride = cache.rotary_dim();
     s.first = cache.begin_position();
     s.listed = cache.is_range() ? nullptr : &cache;
@@ -73,7 +73,7 @@ struct RowSource {
   static RowSource block(const C* rows, std::int64_t rotary_dim, std::int64_t token0) noexcept {
     RowSource s;
     s.base = rows;
-    s.sin_base = rows + rotary_dim / 2;
+    s.sin_base = rows == nullptr ? nullptr : rows + rotary_dim / 2;  // no arithmetic on null (no rows)
     s.stride = rotary_dim;
     s.first = token0;
     return s;
