@@ -10,11 +10,21 @@
 //                        for f16/bf16 only when ROTARY_BENCH_X86_HALF is 1, see bench_common.hpp)
 //            neon        rotary's NEON kernel, called directly (AArch64 builds)
 //            dispatch    rotary::apply_unchecked out of place: whatever kernel active_isa() picks
+//            checked     the same call through the checked rotary::apply (decode shape only: its
+//                        checks cost O(1) per call for contiguous positions, visible at 1 token)
 //            onthefly    the same call with a cache-free Rope<T>(spec, rotary::OnTheFly{})
 //            table_vllm  the same call with a TableRope over the Rope's rows as vLLM's cat(cos, sin)
 //            table_separate  ... over separate cos and sin tables (ONNX / FlashAttention style)
 //            dispatch_qk rotary::apply_qk out of place: fused q+k (GQA shapes only, see below)
 // over kShapes (bench_common.hpp), rows = tokens*heads, row-major, token t at position t.
+//
+// Batched decode (decode_cases.hpp): tokens:64/heads:32/head_dim:128 is also 64 sequences decoding
+// one token each at scattered positions (seeded, below the Rope's cache size), passed as an int32
+// rotary::Positions array:
+//   dispatch_scattered  rotary::apply_unchecked with those positions
+//   checked_scattered   rotary::apply with those positions (checks every position: O(tokens))
+//   dispatch, memcpy    as above (dispatch at positions 0..63), for comparison
+// No other impl is registered at that shape.
 //
 // GQA (fused q+k) shapes: heads:40 means 32 query + 8 key heads of head_dim 128 per token. The
 // query block (tokens x 32 rows) and the key block (tokens x 8 rows) are separate arrays, laid out
@@ -39,6 +49,7 @@
 #include <type_traits>
 
 #include "bench_common.hpp"
+#include "decode_cases.hpp"
 
 namespace rotary_bench {
 namespace {
@@ -60,8 +71,9 @@ bool same_bits(const T& a, const T& b) {
 // ---- implementations ------------------------------------------------------------------------
 
 // One call: rotate (or copy) `shape` from `in` to `out`, rows = tokens*heads, row-major, token t
-// at position t (rotary::Positions::contiguous(0)). Fused shapes: the query block (tokens x
-// q_heads rows) starts at in/out, the key block (tokens x kv_heads rows) right after it.
+// at positions[t] (token t at t unless a scattered impl or the startup check says otherwise).
+// Fused shapes: the query block (tokens x q_heads rows) starts at in/out, the key block (tokens x
+// kv_heads rows) right after it.
 template <class T>
 struct Case {
   Pairing pairing;
@@ -69,6 +81,7 @@ struct Case {
   const rotary::Rope<T>* rope;
   const T* in;
   T* out;
+  rotary::Positions positions = rotary::Positions::contiguous(0);
 
   std::int64_t k_offset() const { return shape.tokens * shape.q_heads() * shape.head_dim; }
 };
@@ -86,24 +99,29 @@ enum class Expect {
   close,      // within a few ulps of the reference (other formulations, cache-free rows)
 };
 
-// Which shapes an implementation is registered (and checked) on.
-enum class Shapes {
-  plain,  // one tensor per call
-  fused,  // q+k shapes only
-  any,
+// Which shapes an implementation is registered (and checked) on: a set of kinds.
+enum Shapes : unsigned {
+  kPlain = 1,      // one tensor per call (kShapes)
+  kFused = 2,      // q+k shapes (kShapes)
+  kScattered = 4,  // kScatteredShape (decode_cases.hpp)
+  kEvery = kPlain | kFused | kScattered,
 };
+
+unsigned shape_kind(const Shape& s) {
+  if (s == kScatteredShape) return kScattered;
+  return s.fused() ? kFused : kPlain;
+}
 
 template <class T>
 struct Impl {
   const char* name;
   Prepare<T> prepare;
   Expect expect;
-  Shapes shapes;
-  bool (*runs_on)(const Shape&);  // nullptr: every shape of its kind
+  unsigned shapes;                // Shapes
+  bool (*runs_on)(const Shape&);  // nullptr: every shape of its kinds
 
   bool registered_on(const Shape& s) const {
-    if (shapes == Shapes::plain && s.fused()) return false;
-    if (shapes == Shapes::fused && !s.fused()) return false;
+    if ((shapes & shape_kind(s)) == 0) return false;
     return runs_on == nullptr || runs_on(s);
   }
 };
@@ -129,30 +147,58 @@ Runner prepare_kernel(const Case<T>& c) {
   }
   const rotary::detail::KernelArgs<T> args =
       rotary::detail::make_args(*c.rope, rotary::detail::make_stream(c.in, q, c.out, q), k, s.tokens,
-                                rotary::Positions::contiguous(0), rotary::Direction::forward);
+                                c.positions, rotary::Direction::forward);
   return [args] { Kernel(args, 0, args.tokens); };
 }
 
-// rotary::apply_unchecked out of place over Eigen rows (tokens*heads x head_dim).
-template <class R, class T>
+// rotary::apply_unchecked (or, Checked, rotary::apply) out of place over Eigen rows
+// (tokens*heads x head_dim), token t at positions[t].
+template <bool Checked = false, class R, class T>
 void apply_rows(const R& rope, const T* in, T* out, std::int64_t tokens, std::int64_t heads,
-                std::int64_t head_dim) {
+                std::int64_t head_dim, const rotary::Positions& positions = rotary::Positions::contiguous(0)) {
   Eigen::Map<const rotary::RowMatrix<T>> x(in, tokens * heads, head_dim);
   Eigen::Map<rotary::RowMatrix<T>> y(out, tokens * heads, head_dim);
-  rotary::apply_unchecked(rope, x, y, rotary::Positions::contiguous(0), heads);
+  if constexpr (Checked)
+    rotary::apply(rope, x, y, positions, heads);
+  else
+    rotary::apply_unchecked(rope, x, y, positions, heads);
 }
 
 // The public unchecked entry point: whatever kernel it dispatches to. Fused shapes: two calls, the
-// query block then the key block.
-template <class T>
+// query block then the key block. Checked: the checked entry point, plain shapes only.
+template <class T, bool Checked = false>
 Runner prepare_dispatch(const Case<T>& c) {
   const Case<T> k = c;
   return [k] {
     const Shape& s = k.shape;
-    apply_rows(*k.rope, k.in, k.out, s.tokens, s.q_heads(), s.head_dim);
+    apply_rows<Checked>(*k.rope, k.in, k.out, s.tokens, s.q_heads(), s.head_dim, k.positions);
     if (s.fused()) apply_rows(*k.rope, k.in + k.k_offset(), k.out + k.k_offset(), s.tokens, s.kv_heads, s.head_dim);
   };
 }
+
+// The scattered positions of a batch of `tokens` sequences decoding one token each, over a cache
+// of `cache_size` rows (the same values for every dtype and pairing).
+std::vector<std::int32_t> scattered_positions(std::int64_t tokens, std::int64_t cache_size) {
+  std::mt19937 rng(kScatteredSeed);
+  std::uniform_int_distribution<std::int32_t> dist(0, static_cast<std::int32_t>(cache_size - 1));
+  std::vector<std::int32_t> p(static_cast<std::size_t>(tokens));
+  for (std::int32_t& v : p) v = dist(rng);
+  return p;
+}
+
+// dispatch (or checked) with each token at its scattered position; the array lives in the runner.
+template <class T, bool Checked>
+Runner prepare_scattered(const Case<T>& c) {
+  auto positions =
+      std::make_shared<const std::vector<std::int32_t>>(scattered_positions(c.shape.tokens, c.rope->cache().size()));
+  Case<T> k = c;
+  k.positions = rotary::Positions(*positions);
+  return [k, positions] {
+    apply_rows<Checked>(*k.rope, k.in, k.out, k.shape.tokens, k.shape.heads, k.shape.head_dim, k.positions);
+  };
+}
+
+bool is_decode_shape(const Shape& s) { return s == kDecodeShape; }
 
 // The same call with a cache-free Rope of the same spec (built here, outside timing).
 template <class T>
@@ -324,7 +370,7 @@ void add_isa_impl(std::vector<Impl<T>>& t) {
     bool (*runs_on)(const Shape&) = nullptr;
     if (!scalar) runs_on = [](const Shape&) { return rotary::kIsaTable[I].runs(); };
     t.push_back({row.name.data(), &prepare_kernel<T, kernel>, scalar ? Expect::reference : Expect::bit_exact,
-                 Shapes::plain, runs_on});
+                 kPlain, runs_on});
   }
 }
 
@@ -338,17 +384,20 @@ void add_isa_impls(std::vector<Impl<T>>& t, std::index_sequence<I...>) {
 template <class T>
 std::vector<Impl<T>> make_impls() {
   std::vector<Impl<T>> t;
-  t.push_back({"memcpy", &prepare_memcpy<T>, Expect::copy, Shapes::any, nullptr});
+  t.push_back({"memcpy", &prepare_memcpy<T>, Expect::copy, kEvery, nullptr});
   if constexpr (std::is_same_v<T, float>) {
-    t.push_back({"matrix", &prepare_matrix<T>, Expect::close, Shapes::plain, &matrix_fits<T>});
-    t.push_back({"eigen_expr", &prepare_eigen_expr<T>, Expect::close, Shapes::plain, nullptr});
+    t.push_back({"matrix", &prepare_matrix<T>, Expect::close, kPlain, &matrix_fits<T>});
+    t.push_back({"eigen_expr", &prepare_eigen_expr<T>, Expect::close, kPlain, nullptr});
   }
   add_isa_impls<T>(t, std::make_index_sequence<rotary::kIsaCount>{});
-  t.push_back({"dispatch", &prepare_dispatch<T>, Expect::bit_exact, Shapes::any, nullptr});
-  t.push_back({"onthefly", &prepare_onthefly<T>, Expect::close, Shapes::plain, nullptr});
-  t.push_back({"table_vllm", &prepare_table_vllm<T>, Expect::bit_exact, Shapes::plain, nullptr});
-  t.push_back({"table_separate", &prepare_table_separate<T>, Expect::bit_exact, Shapes::plain, nullptr});
-  t.push_back({"dispatch_qk", &prepare_dispatch_qk<T>, Expect::bit_exact, Shapes::fused, nullptr});
+  t.push_back({"dispatch", &prepare_dispatch<T>, Expect::bit_exact, kEvery, nullptr});
+  t.push_back({"checked", &prepare_dispatch<T, true>, Expect::bit_exact, kPlain, &is_decode_shape});
+  t.push_back({"onthefly", &prepare_onthefly<T>, Expect::close, kPlain, nullptr});
+  t.push_back({"table_vllm", &prepare_table_vllm<T>, Expect::bit_exact, kPlain, nullptr});
+  t.push_back({"table_separate", &prepare_table_separate<T>, Expect::bit_exact, kPlain, nullptr});
+  t.push_back({"dispatch_qk", &prepare_dispatch_qk<T>, Expect::bit_exact, kFused, nullptr});
+  t.push_back({"dispatch_scattered", &prepare_scattered<T, false>, Expect::bit_exact, kScattered, nullptr});
+  t.push_back({"checked_scattered", &prepare_scattered<T, true>, Expect::bit_exact, kScattered, nullptr});
   return t;
 }
 
@@ -371,6 +420,10 @@ void check_dtype(const char* dtype) {
     });
     if (!seen) shapes.push_back(small);
   }
+  // The decode rows at their own (small) shapes: `checked` runs on the decode shape only, the
+  // scattered impls on kScatteredShape only.
+  shapes.push_back(kDecodeShape);
+  shapes.push_back(kScatteredShape);
   const auto& table = impls<T>();
   const auto reference = std::find_if(table.begin(), table.end(),
                                       [](const Impl<T>& i) { return i.expect == Expect::reference; });
@@ -388,13 +441,19 @@ void check_dtype(const char* dtype) {
       rotary::detail::AlignedVector<T> got(n, T(0));
       fill_random(in.data(), n, 7u);
       reference->prepare(Case<T>{pairing, shape, &rope, in.data(), want.data()})();
+      // The scattered impls against the reference at the same positions (the ones they draw).
+      rotary::detail::AlignedVector<T> want_scattered(n, T(0));
+      const std::vector<std::int32_t> scattered = scattered_positions(shape.tokens, rope.cache().size());
+      if (shape_kind(shape) == kScattered)
+        reference->prepare(Case<T>{pairing, shape, &rope, in.data(), want_scattered.data(), scattered})();
 
       for (const Impl<T>& impl : table) {
         if (impl.expect == Expect::reference) continue;
         if (!impl.registered_on(shape)) continue;
         std::fill(got.begin(), got.end(), T(0));
         impl.prepare(Case<T>{pairing, shape, &rope, in.data(), got.data()})();
-        const rotary::detail::AlignedVector<T>& expected = impl.expect == Expect::copy ? in : want;
+        const rotary::detail::AlignedVector<T>& expected =
+            impl.expect == Expect::copy ? in : impl.shapes == kScattered ? want_scattered : want;
         for (std::size_t i = 0; i < n; ++i) {
           const double g = to_double(got[i]);
           const double e = to_double(expected[i]);
@@ -422,6 +481,13 @@ void check_dtype(const char* dtype) {
 
 // ---- registration ---------------------------------------------------------------------------
 
+// kShapes, then the batched-decode shape.
+std::vector<Shape> kernel_shapes() {
+  std::vector<Shape> s(std::begin(kShapes), std::end(kShapes));
+  s.push_back(kScatteredShape);
+  return s;
+}
+
 template <class T>
 void run_case(benchmark::State& state, int id, std::size_t impl_index, Pairing pairing, Shape shape) {
   const Impl<T>& impl = impls<T>()[impl_index];
@@ -433,13 +499,14 @@ void run_case(benchmark::State& state, int id, std::size_t impl_index, Pairing p
 // Key cases (see key_repetitions()): the key shapes' key impls, registered in interleaved rounds
 // over the shape's key impls (memcpy, dispatch, ... memcpy, dispatch, ...).
 bool is_key_shape(const Shape& s) {
-  const Shape key[] = {kDecodeShape, kKeyShape, kDramShape, kGqaShape};
+  const Shape key[] = {kDecodeShape, kKeyShape, kDramShape, kGqaShape, kScatteredShape};
   return std::find(std::begin(key), std::end(key), s) != std::end(key);
 }
 
 bool is_key_impl(const std::string& impl) {
   return impl == "memcpy" || impl == "dispatch" || impl == "matrix" || impl == "onthefly" ||
-         impl == "dispatch_qk" || impl == "table_vllm" || impl == "table_separate";
+         impl == "dispatch_qk" || impl == "table_vllm" || impl == "table_separate" || impl == "checked" ||
+         impl == "dispatch_scattered" || impl == "checked_scattered";
 }
 
 template <class T>
@@ -447,7 +514,7 @@ void register_dtype(const char* dtype) {
   check_dtype<T>(dtype);
   const auto& table = impls<T>();
   for (const Pairing pairing : kPairings) {
-    for (const Shape& shape : kShapes) {
+    for (const Shape& shape : kernel_shapes()) {
       const int rounds = is_key_shape(shape) ? key_repetitions() : 1;
       for (int round = 0; round < rounds; ++round) {
         for (std::size_t i = 0; i < table.size(); ++i) {

@@ -1,16 +1,25 @@
 // rotary_bench, the report and main(): runs the suite registered by kernels.cpp and layouts.cpp,
-// then, after Google Benchmark's own report, a summary prints GB/s and the ratio to the memcpy of
-// the same pairing, dtype and shape (layout table: and thread count) measured in the same run (the
-// median when --benchmark_repetitions > 1), then evaluates the speed targets (targets.hpp) on those
-// numbers (MET / NOT MET), followed by information lines (fused q+k, layouts, threads). Own flags
-// (taken out before Google Benchmark sees the command line):
+// then, after Google Benchmark's own report, prints
+//   1. the full table: GB/s and the ratio to the memcpy of the same pairing, dtype and shape (layout
+//      table: and thread count) measured in the same run (the median of a name's runs);
+//   2. the compact summary (under 100 lines; benchmarks/run.sh shows only this): the CPU, dispatch
+//      and memcpy per dtype and pairing at every token count of 32 heads x 128, the speed targets
+//      (targets.hpp) MET / NOT MET, one line per target and dtype, and information lines (decode
+//      checked/unchecked, batched decode at scattered positions, fused q+k, layouts, threads); with
+//      --rotary_compare_with, the build comparison instead of targets and information.
+// The CPU's name (cpu_name.hpp) and the build go into Google Benchmark's context too (JSON keys
+// rotary_cpu, rotary_cpu_vendor, rotary_cpu_family, rotary_cpu_model, rotary_cpu_uarch, rotary_build).
+// Own flags (taken out before Google Benchmark sees the command line):
 //   --rotary_key_repetitions=N    run each key case (the cases the targets read) N times, in N
 //                                 interleaved rounds per shape, and report the median
 //                                 (benchmarks/run.sh: 3). Repeated runs share one name.
 //   --rotary_key_ratios_out=FILE  write dispatch/memcpy at 512 x 32 x 128 per pairing and dtype
 //   --rotary_compare_with=FILE    instead of the targets, compare this run's ratios with such a file
 //                                 (benchmarks/run.sh: the default-flags build against -march=native)
-// With --benchmark_format=json or csv the summary goes to stderr, so stdout stays parseable.
+//   --rotary_summary_out=FILE     also write the compact summary to FILE
+//   --rotary_csv_out=FILE         one CSV row per case (columns: kCsvHeader)
+//   --rotary_svg_out=FILE         plot GB/s against tokens, dispatch and memcpy, one panel per dtype
+// With --benchmark_format=json or csv the summaries go to stderr, so stdout stays parseable.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -19,6 +28,9 @@
 #include <sstream>
 
 #include "bench_common.hpp"
+#include "cpu_name.hpp"
+#include "decode_cases.hpp"
+#include "svg_plot.hpp"
 #include "targets.hpp"
 
 namespace rotary_bench {
@@ -102,32 +114,6 @@ class RecordingReporter : public benchmark::BenchmarkReporter {
   std::map<std::string, std::size_t> index_;
 };
 
-// "model name" from /proc/cpuinfo, with the x86 family/model numbers when present (virtual machines
-// often report a generic name such as "AMD EPYC").
-std::string cpu_model() {
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  std::string name;
-  std::string family;
-  std::string model;
-  std::string line;
-  auto value = [&line] {
-    const auto colon = line.find(':');
-    const auto start = colon == std::string::npos ? colon : line.find_first_not_of(" \t", colon + 1);
-    return start == std::string::npos ? std::string() : line.substr(start);
-  };
-  while (std::getline(cpuinfo, line)) {  // first occurrence of each key (the first processor)
-    if (name.empty() && (line.rfind("model name", 0) == 0 || line.rfind("Model", 0) == 0))
-      name = value();
-    else if (family.empty() && line.rfind("cpu family", 0) == 0)
-      family = value();
-    else if (model.empty() && (line.rfind("model\t", 0) == 0 || line.rfind("model ", 0) == 0))
-      model = value();
-  }
-  if (name.empty()) name = "unknown CPU";
-  if (!family.empty() && !model.empty()) name += " (family " + family + ", model " + model + ")";
-  return name;
-}
-
 std::string build_description() {
   std::string s;
 #if defined(__clang__)
@@ -177,7 +163,7 @@ std::string build_description() {
 }
 
 std::string machine_description(const benchmark::CPUInfo* cpu) {
-  std::string s = cpu_model();
+  std::string s = this_cpu().description();
   if (cpu != nullptr) {
     char buf[160];
     std::snprintf(buf, sizeof buf, ", %d CPUs @ %.0f MHz", cpu->num_cpus, cpu->cycles_per_second / 1e6);
@@ -228,60 +214,138 @@ double measured(const Measurements& m, const CaseRef& c, const char* dtype, cons
   return m.get(pairing, dtype, c.impl, s);
 }
 
-// Prints one line per dtype and pairing of each row of kTargets in the kernel table (layout_table
-// false) or the layout table (true), and counts them in met / total.
-void print_target_rows(const Measurements& m, bool layout_table, int& met, int& total, std::FILE* out) {
-  for (const Target& t : kTargets) {
-    if (t.measured.in_layout_table() != layout_table) continue;
-    for (const char* d : t.dtypes) {
-      if (d == nullptr) continue;
-      for (const char* p : kPairingNames) {
-        const double a = measured(m, t.measured, d, p, t.shape);
-        const double b = measured(m, t.base, d, p, t.shape);
-        if (a <= 0 || b <= 0) continue;
-        const bool speed = t.measure == Measure::speed;
-        const double r = speed ? a / b : b / a;
-        const bool ok = speed ? r >= t.bound : r <= t.bound;
-        ++total;
-        met += ok ? 1 : 0;
-        const std::string base = speed ? std::string(t.base.impl) : std::string(t.base.impl) + " time";
-        std::fprintf(out, "  %-4s %-11s %-18s ", d, p, t.what);
-        if (layout_table)
-          std::fprintf(out, "%s/%-4s %5.2fx %s %d thr", t.measured.impl, t.measured.layout, r, base.c_str(),
-                       t.measured.threads);
-        else
-          std::fprintf(out, "%s %6.2fx %-8s", t.measured.impl, r, base.c_str());
-        std::fprintf(out, " (%6.2f vs %6.2f GB/s; target %s %g) %s\n", a / 1e9, b / 1e9, speed ? ">=" : "<=",
-                     t.bound, ok ? "MET" : "NOT MET");
-      }
-    }
-  }
+// "dispatch", or "dispatch_qk/rows/2thr" for a case of the layout table.
+std::string case_label(const CaseRef& c) {
+  std::string s = c.impl;
+  if (c.in_layout_table()) s += std::string("/") + c.layout + "/" + std::to_string(c.threads) + "thr";
+  return s;
 }
 
-// The speed targets (targets.hpp) evaluated on this run's numbers, with information lines between
-// them. Targets whose cases were filtered out are skipped. Returns {met, evaluated}.
+// a/b as "0.91", or "-" when either side did not run.
+std::string ratio_text(double a, double b, const char* fmt = "%.2f") {
+  if (a <= 0 || b <= 0) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, fmt, a / b);
+  return buf;
+}
+
+// The speed targets (targets.hpp) evaluated on this run's numbers: one line per row of kTargets and
+// dtype, both pairings on it (interleaved/half_split), MET only if both are. Generic over the rows,
+// so a new row prints without code here. Evaluations whose cases did not run are skipped. Returns
+// {met, evaluated} counted per pairing.
 std::pair<int, int> print_targets(const Measurements& m, std::FILE* out) {
   int met = 0;
   int total = 0;
-  std::fprintf(out, "\ntargets (dispatch impl unless named; ratios of GB/s on the same bytes, this run):\n");
-  print_target_rows(m, false, met, total, out);
-  // Fused q+k: no target, for information.
+  std::size_t width = 0;
+  auto rule = [](const Target& t) {
+    const bool speed = t.measure == Measure::speed;
+    char bound[32];
+    std::snprintf(bound, sizeof bound, "%g", t.bound);
+    return case_label(t.measured) + (speed ? " >= " : " time <= ") + bound + "x " + case_label(t.base);
+  };
+  for (const Target& t : kTargets) width = std::max(width, rule(t).size() + std::string(t.what).size() + 2);
   bool header = false;
-  for (const char* d : kDtypeNames) {
-    for (const char* p : kPairingNames) {
-      const double qk = m.get(p, d, "dispatch_qk", kGqaShape);
-      const double two = m.get(p, d, "dispatch", kGqaShape);
-      const double base = m.get(p, d, "memcpy", kGqaShape);
-      if (qk <= 0 || two <= 0 || base <= 0) continue;
-      if (!header) std::fprintf(out, "  (info) GQA 512 tok x (32 q + 8 kv) x 128, fused apply_qk vs two apply calls:\n");
+  for (const Target& t : kTargets) {
+    for (const char* d : t.dtypes) {
+      if (d == nullptr) continue;
+      std::string values;
+      std::string verdict;
+      int row_met = 0;
+      int row_total = 0;
+      for (const char* p : kPairingNames) {
+        const double a = measured(m, t.measured, d, p, t.shape);
+        const double b = measured(m, t.base, d, p, t.shape);
+        const bool speed = t.measure == Measure::speed;
+        values += values.empty() ? "" : "/";
+        if (a <= 0 || b <= 0) {
+          values += "-";
+          continue;
+        }
+        const double r = speed ? a / b : b / a;
+        const bool ok = speed ? r >= t.bound : r <= t.bound;
+        char cell[32];
+        std::snprintf(cell, sizeof cell, "%.2f", r);
+        values += cell;
+        ++row_total;
+        row_met += ok ? 1 : 0;
+      }
+      if (row_total == 0) continue;
+      met += row_met;
+      total += row_total;
+      if (!header)
+        std::fprintf(out, "\ntargets (ratios of GB/s on the same bytes, this run; interleaved/half_split):\n");
       header = true;
-      std::fprintf(out, "  %-4s %-11s dispatch_qk %5.2fx memcpy, two calls %5.2fx memcpy (%6.2f / %6.2f / %6.2f GB/s)\n",
-                   d, p, qk / base, two / base, qk / 1e9, two / 1e9, base / 1e9);
+      verdict = row_met == row_total ? "MET" : row_met == 0 ? "NOT MET" : "NOT MET (one pairing)";
+      const std::string label = std::string(t.what) + ": " + rule(t);
+      std::fprintf(out, "  %-4s %-*s %11s  %s\n", d, static_cast<int>(width), label.c_str(), values.c_str(),
+                   verdict.c_str());
     }
   }
-  // Layouts, fused q+k and threads (layout table): ratio to the flat memcpy of the same bytes and
-  // thread count.
-  print_target_rows(m, true, met, total, out);
+  if (total > 0) std::fprintf(out, "  %d of %d targets MET (counted per dtype and pairing)\n", met, total);
+  return {met, total};
+}
+
+// Information lines (no targets): decode checked vs unchecked, batched decode at scattered
+// positions, fused q+k, layouts, threads. Each block prints only if its cases ran.
+void print_information(const Measurements& m, std::FILE* out) {
+  auto pair_of = [](auto&& value) {
+    std::string s;
+    for (const char* p : kPairingNames) s += (s.empty() ? "" : "/") + value(p);
+    return s;
+  };
+  auto any_ran = [&](const char* d, const char* impl, const Shape& shape) {
+    return m.get("interleaved", d, impl, shape) > 0 || m.get("half_split", d, impl, shape) > 0;
+  };
+  bool header = false;
+  for (const char* d : kDtypeNames) {
+    if (!any_ran(d, "checked", kDecodeShape) || !any_ran(d, "dispatch", kDecodeShape)) continue;
+    if (!header)
+      std::fprintf(out, "(info) decode 1 tok x 32 x 128: time of checked apply / apply_unchecked (dispatch):\n");
+    header = true;
+    const auto call_us = [&](const char* p) {
+      const double bps = m.get(p, d, "dispatch", kDecodeShape);
+      const double bytes = 2.0 * static_cast<double>(kDecodeShape.elements()) * (std::string(d) == "f32" ? 4 : 2);
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.3f", bps > 0 ? bytes / bps * 1e6 : 0.0);
+      return std::string(bps > 0 ? buf : "-");
+    };
+    std::fprintf(out, "  %-4s %s (unchecked call %s us)\n", d,
+                 pair_of([&](const char* p) {
+                   return ratio_text(m.get(p, d, "dispatch", kDecodeShape), m.get(p, d, "checked", kDecodeShape));
+                 }).c_str(),
+                 pair_of(call_us).c_str());
+  }
+  header = false;
+  for (const char* d : kDtypeNames) {
+    if (!any_ran(d, "dispatch_scattered", kScatteredShape)) continue;
+    if (!header)
+      std::fprintf(out, "(info) batched decode, 64 seqs x 1 tok x 32 x 128 at scattered positions (int32 array), "
+                        "x memcpy:\n");
+    header = true;
+    auto x_memcpy = [&](const char* impl) {
+      return pair_of([&](const char* p) {
+        return ratio_text(m.get(p, d, impl, kScatteredShape), m.get(p, d, "memcpy", kScatteredShape));
+      });
+    };
+    std::fprintf(out, "  %-4s unchecked %s, checked %s, positions 0..63 %s\n", d,
+                 x_memcpy("dispatch_scattered").c_str(), x_memcpy("checked_scattered").c_str(),
+                 x_memcpy("dispatch").c_str());
+  }
+  header = false;
+  for (const char* d : kDtypeNames) {
+    if (!any_ran(d, "dispatch_qk", kGqaShape)) continue;
+    if (!header)
+      std::fprintf(out, "(info) GQA 512 tok x (32 q + 8 kv) x 128, x memcpy of the same bytes:\n");
+    header = true;
+    auto x_memcpy = [&](const char* impl) {
+      return pair_of([&](const char* p) {
+        return ratio_text(m.get(p, d, impl, kGqaShape), m.get(p, d, "memcpy", kGqaShape));
+      });
+    };
+    std::fprintf(out, "  %-4s fused apply_qk %s, two apply calls %s\n", d, x_memcpy("dispatch_qk").c_str(),
+                 x_memcpy("dispatch").c_str());
+  }
+  // Layouts: ratio to the flat memcpy of the same bytes and thread count.
   const char* const layouts[] = {"rows", "bshd", "bhsd", "sbhd", "thd", "qkv"};
   header = false;
   for (const char* d : kDtypeNames) {
@@ -305,7 +369,7 @@ std::pair<int, int> print_targets(const Measurements& m, std::FILE* out) {
       }
       if (!any) continue;
       if (!header)
-        std::fprintf(out, "  (info) GQA 512 tok fused q+k per layout, x memcpy of the same bytes and threads:\n"
+        std::fprintf(out, "(info) GQA 512 tok fused q+k per layout, x memcpy of the same bytes and threads:\n"
                           "                   rows  bshd  bhsd  sbhd   thd   qkv (1 thread) | the same, 2 threads\n");
       header = true;
       std::fprintf(out, "  %-4s %-11s%s\n", d, p, line.c_str());
@@ -313,20 +377,65 @@ std::pair<int, int> print_targets(const Measurements& m, std::FILE* out) {
   }
   header = false;
   for (const char* d : kDtypeNames) {
+    auto speedup = [&](const char* impl, const char* layout) {
+      return pair_of([&](const char* p) {
+        return ratio_text(m.get_batch(p, d, impl, layout, kDramShape, 2), m.get_batch(p, d, impl, layout, kDramShape, 1));
+      });
+    };
+    const std::string dispatch = speedup("dispatch", "rows");
+    const std::string copy = speedup("memcpy", "flat");
+    if (dispatch == "-/-") continue;
+    if (!header) std::fprintf(out, "(info) 8192 tok x 32 x 128, speed-up of 2 threads over 1:\n");
+    header = true;
+    std::fprintf(out, "  %-4s dispatch %s, memcpy %s\n", d, dispatch.c_str(), copy.c_str());
+  }
+}
+
+// The main table condensed: dispatch GB/s and x memcpy per dtype and pairing, with memcpy's GB/s,
+// at every token count measured with 32 heads x 128 (1 thread, no layout).
+void print_key_table(const Measurements& m, const std::vector<std::int64_t>& tokens, std::FILE* out) {
+  if (tokens.empty()) return;
+  std::fprintf(out, "\ndispatch GB/s (x memcpy of the same bytes, this run), 32 heads x 128, 1 thread, out of place:\n");
+  std::fprintf(out, "%-4s %-11s", "", "tokens");
+  for (const std::int64_t t : tokens) std::fprintf(out, " %12lld", static_cast<long long>(t));
+  std::fprintf(out, "\n");
+  for (const char* d : kDtypeNames) {
+    std::string memcpy_line;
+    bool any = false;
+    for (const std::int64_t t : tokens) {
+      // memcpy ran once per pairing (each pairing's ratios use their own); show the mean.
+      const Shape s{t, 32, 128, 0};
+      const double a = m.get("interleaved", d, "memcpy", s);
+      const double b = m.get("half_split", d, "memcpy", s);
+      const double v = a > 0 && b > 0 ? 0.5 * (a + b) : std::max(a, b);
+      char cell[24];
+      if (v > 0)
+        std::snprintf(cell, sizeof cell, " %12.2f", v / 1e9);
+      else
+        std::snprintf(cell, sizeof cell, " %12s", "-");
+      memcpy_line += cell;
+      any = any || v > 0;
+    }
+    if (!any) continue;
+    std::fprintf(out, "%-4s %-11s%s\n", d, "memcpy", memcpy_line.c_str());
     for (const char* p : kPairingNames) {
-      const double one = m.get_batch(p, d, "dispatch", "rows", kDramShape, 1);
-      const double two = m.get_batch(p, d, "dispatch", "rows", kDramShape, 2);
-      const double c1 = m.get_batch(p, d, "memcpy", "flat", kDramShape, 1);
-      const double c2 = m.get_batch(p, d, "memcpy", "flat", kDramShape, 2);
-      if (one <= 0 || two <= 0 || c1 <= 0 || c2 <= 0) continue;
-      if (!header) std::fprintf(out, "  (info) 8192 tok x 32 x 128, 2 threads against 1 (speed-up of dispatch and of memcpy):\n");
-      header = true;
-      std::fprintf(out, "  %-4s %-11s dispatch %5.2fx, memcpy %5.2fx (2 threads: %6.2f / %6.2f GB/s)\n", d, p,
-                   two / one, c2 / c1, two / 1e9, c2 / 1e9);
+      std::string line;
+      for (const std::int64_t t : tokens) {
+        const Shape s{t, 32, 128, 0};
+        const double x = m.get(p, d, "dispatch", s);
+        const double base = m.get(p, d, "memcpy", s);
+        char cell[32];
+        if (x > 0 && base > 0)
+          std::snprintf(cell, sizeof cell, " %6.2f %4.2fx", x / 1e9, x / base);
+        else if (x > 0)
+          std::snprintf(cell, sizeof cell, " %6.2f %5s", x / 1e9, "");
+        else
+          std::snprintf(cell, sizeof cell, " %12s", "-");
+        line += cell;
+      }
+      std::fprintf(out, "%-4s %-11s%s\n", d, p, line.c_str());
     }
   }
-  if (total > 0) std::fprintf(out, "  %d of %d targets MET\n", met, total);
-  return {met, total};
 }
 
 // Key ratios (dispatch / memcpy at kKeyShape) for run.sh's default-vs-native comparison.
@@ -346,22 +455,23 @@ void write_key_ratios(const Measurements& m, const std::string& path) {
   }
 }
 
+// The default build's key ratios (written by --rotary_key_ratios_out) against this run's: one line
+// per dtype, both pairings on it.
 void print_comparison(const Measurements& m, const std::string& path, std::FILE* out) {
   std::ifstream f(path);
   if (!f) {
     std::fprintf(out, "\nrotary_bench: cannot read %s: no build comparison\n", path.c_str());
     return;
   }
-  std::string line;
   std::fprintf(out,
-               "\nbuild comparison, dispatch at 512 tok x 32 x 128 (each ratio to memcpy of its own run):\n"
-               "  target: the build in %s (no -m flags) within %g%% of this build\n",
-               path.c_str(), 100 * (1 - kNativeBuildBound));
-  int met = 0;
-  int total = 0;
+               "\nbuild comparison, dispatch at 512 tok x 32 x 128, each build's GB/s / its own memcpy's\n"
+               "  (interleaved/half_split); target: the default build within %g%% of the -march=native one\n",
+               100 * (1 - kNativeBuildBound));
+  std::map<std::string, std::pair<double, double>> other;  // "pairing dtype" -> (dispatch, memcpy)
+  std::string line;
   while (std::getline(f, line)) {
     if (line.rfind("# build: ", 0) == 0) {
-      std::fprintf(out, "  that build: %s\n  this build: %s\n", line.c_str() + 9, build_description().c_str());
+      std::fprintf(out, "  default: %s\n  native:  %s\n", line.c_str() + 9, build_description().c_str());
       continue;
     }
     std::istringstream in(line);
@@ -369,21 +479,46 @@ void print_comparison(const Measurements& m, const std::string& path, std::FILE*
     std::string d;
     double other_dispatch = 0;
     double other_memcpy = 0;
-    if (!(in >> p >> d >> other_dispatch >> other_memcpy) || other_memcpy <= 0) continue;
-    const double a = m.get(p, d, "dispatch", kKeyShape);
-    const double b = m.get(p, d, "memcpy", kKeyShape);
-    if (a <= 0 || b <= 0) continue;
-    const double that_ratio = other_dispatch / other_memcpy;
-    const double this_ratio = a / b;
-    const double rel = that_ratio / this_ratio;
-    const bool ok = rel >= kNativeBuildBound;
-    ++total;
-    met += ok ? 1 : 0;
-    std::fprintf(out, "  %-4s %-11s default %.3fx memcpy, native %.3fx memcpy: default/native %.3f (target >= %g) %s\n",
-                 d.c_str(), p.c_str(), that_ratio, this_ratio, rel, kNativeBuildBound, ok ? "MET" : "NOT MET");
+    if (in >> p >> d >> other_dispatch >> other_memcpy) other[p + " " + d] = {other_dispatch, other_memcpy};
+  }
+  int met = 0;
+  int total = 0;
+  for (const char* d : kDtypeNames) {
+    std::string rel_text, default_text, native_text;
+    int row_met = 0;
+    int row_total = 0;
+    for (const char* p : kPairingNames) {
+      const auto it = other.find(std::string(p) + " " + d);
+      const double a = m.get(p, d, "dispatch", kKeyShape);
+      const double b = m.get(p, d, "memcpy", kKeyShape);
+      const char* sep = rel_text.empty() ? "" : "/";
+      if (it == other.end() || it->second.second <= 0 || a <= 0 || b <= 0) {
+        rel_text += std::string(sep) + "-";
+        default_text += std::string(sep) + "-";
+        native_text += std::string(sep) + "-";
+        continue;
+      }
+      const double that_ratio = it->second.first / it->second.second;
+      const double this_ratio = a / b;
+      const double rel = that_ratio / this_ratio;
+      ++row_total;
+      row_met += rel >= kNativeBuildBound ? 1 : 0;
+      char buf[3][16];
+      std::snprintf(buf[0], sizeof buf[0], "%.3f", rel);
+      std::snprintf(buf[1], sizeof buf[1], "%.3f", that_ratio);
+      std::snprintf(buf[2], sizeof buf[2], "%.3f", this_ratio);
+      rel_text += sep + std::string(buf[0]);
+      default_text += sep + std::string(buf[1]);
+      native_text += sep + std::string(buf[2]);
+    }
+    if (row_total == 0) continue;
+    met += row_met;
+    total += row_total;
+    std::fprintf(out, "  %-4s default/native %s (default %s, native %s x memcpy) %s\n", d, rel_text.c_str(),
+                 default_text.c_str(), native_text.c_str(), row_met == row_total ? "MET" : "NOT MET");
   }
   if (total > 0)
-    std::fprintf(out, "  %d of %d MET\n", met, total);
+    std::fprintf(out, "  %d of %d MET (target >= %g, per dtype and pairing)\n", met, total, kNativeBuildBound);
   else
     std::fprintf(out, "  no case in common (was the key shape filtered out of either run?)\n");
 }
@@ -391,15 +526,127 @@ void print_comparison(const Measurements& m, const std::string& path, std::FILE*
 struct SummaryOptions {
   std::string key_ratios_out;
   std::string compare_with;
+  std::string summary_out;
+  std::string csv_out;
+  std::string svg_out;
 };
 
+// One measured case: what it is, the median of its runs, its memcpy baseline (same group).
+struct Row {
+  const CaseInfo* info;
+  double bps;
+  std::size_t runs;
+  std::string error;
+  double baseline;  // memcpy bytes/s of the same group, < 0 if none ran
+};
+
+std::string csv_quote(const std::string& s) {
+  std::string r = "\"";
+  for (const char c : s) r += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return r + "\"";
+}
+
+constexpr const char* kCsvHeader =
+    "name,pairing,dtype,impl,layout,tokens,heads,head_dim,threads,gb_per_s,x_memcpy,runs,cpu";
+
+// One row per case (the median of its runs); heads counts query + key heads on fused shapes
+// (heads:40 = 32 + 8); layout and threads are empty / 0 in the kernel table; empty GB/s: no result.
+bool write_csv(const std::vector<Row>& rows, const std::string& path) {
+  std::ofstream f(path);
+  const std::string cpu = csv_quote(this_cpu().description());
+  f << kCsvHeader << "\n";
+  for (const Row& row : rows) {
+    const CaseInfo& c = *row.info;
+    char values[64] = "";
+    if (row.error.empty() && row.bps > 0) {
+      if (row.baseline > 0)
+        std::snprintf(values, sizeof values, "%.4f,%.4f", row.bps / 1e9, row.bps / row.baseline);
+      else
+        std::snprintf(values, sizeof values, "%.4f,", row.bps / 1e9);
+    } else {
+      std::snprintf(values, sizeof values, ",");
+    }
+    f << c.run_name() << ',' << c.pairing << ',' << c.dtype << ',' << c.impl << ',' << c.layout << ','
+      << c.shape.tokens << ',' << c.shape.heads << ',' << c.shape.head_dim << ',' << c.threads << ',' << values
+      << ',' << row.runs << ',' << cpu << '\n';
+  }
+  f.close();
+  return static_cast<bool>(f);
+}
+
+// GB/s against tokens at 32 heads x 128 (1 thread, no layout): one panel per dtype, dispatch per
+// pairing (solid) and the memcpy it is compared with (dashed, same color).
+bool write_svg(const Measurements& m, const std::vector<std::int64_t>& tokens, const std::string& machine,
+               std::size_t max_runs, const std::string& path) {
+  SvgFigure fig;
+  fig.title = "rotary apply (dispatch) vs memcpy of the same bytes: 32 heads x 128, 1 thread, out of place";
+  fig.subtitles.push_back("CPU: " + machine);
+  fig.subtitles.push_back("build: " + build_description());
+  fig.subtitles.push_back("GB/s = 1e9 bytes of vectors read + written per second (cos/sin table not counted); " +
+                          std::string(max_runs > 1 ? "key cases: median of " + std::to_string(max_runs) + " runs"
+                                                   : "one run each"));
+  fig.x_label = "tokens (log scale)";
+  fig.y_label = "GB/s";
+  const char* const colors[] = {"#1f77b4", "#d62728"};
+  for (const char* d : kDtypeNames) {
+    SvgPanel panel;
+    panel.title = d;
+    for (std::size_t pi = 0; pi < 2; ++pi) {
+      const char* p = kPairingNames[pi];
+      for (const char* impl : {"dispatch", "memcpy"}) {
+        SvgSeries s;
+        s.name = std::string(impl) + ", " + p + (impl[0] == 'm' ? " run" : "");
+        s.color = colors[pi];
+        s.dashed = impl[0] == 'm';
+        for (const std::int64_t t : tokens) {
+          const double v = m.get(p, d, impl, Shape{t, 32, 128, 0});
+          if (v <= 0) continue;
+          s.x.push_back(static_cast<double>(t));
+          s.y.push_back(v / 1e9);
+        }
+        if (!s.x.empty()) panel.series.push_back(s);
+      }
+    }
+    if (!panel.series.empty()) fig.panels.push_back(panel);
+  }
+  if (fig.panels.empty()) return true;
+  std::ofstream f(path);
+  f << render_svg(fig);
+  f.close();
+  return static_cast<bool>(f);
+}
+
+// Copies everything written to `from` (a temporary file) to `to`.
+void copy_stream(std::FILE* from, std::FILE* to) {
+  std::rewind(from);
+  char buf[4096];
+  std::size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof buf, from)) > 0) std::fwrite(buf, 1, n, to);
+}
+
+// The compact summary (see the top of the file): the machine, then the key table, targets and
+// information lines, or, with --rotary_compare_with, the build comparison.
+void print_compact(const Measurements& measured, const std::vector<std::int64_t>& tokens,
+                   const std::string& machine, std::size_t min_runs, std::size_t max_runs,
+                   const SummaryOptions& options, std::FILE* out) {
+  if (!options.compare_with.empty()) {
+    print_comparison(measured, options.compare_with, out);
+    return;
+  }
+  std::fprintf(out, "rotary_bench summary (%s)\n",
+               max_runs <= 1             ? "one run per case"
+               : min_runs == max_runs    ? "median of the runs of each case"
+                                         : "key cases: median of their runs, others one run");
+  std::fprintf(out, "cpu:   %s\n", machine.c_str());
+  std::fprintf(out, "build: %s\n", build_description().c_str());
+  std::fprintf(out, "GB/s = 1e9 B/s of vectors read + written (cos/sin table not counted)\n");
+  print_key_table(measured, tokens, out);
+  print_targets(measured, out);
+  std::fprintf(out, "\n");
+  print_information(measured, out);
+}
+
 void print_summary(const RecordingReporter& rec, const SummaryOptions& options, std::FILE* out) {
-  struct Row {
-    const CaseInfo* info;
-    double bps;
-    std::size_t runs;
-    std::string error;
-  };
   std::vector<Row> rows;
   Measurements measured;
   std::size_t min_runs = 0;
@@ -410,49 +657,61 @@ void print_summary(const RecordingReporter& rec, const SummaryOptions& options, 
     return g;
   };
   std::map<std::string, double> baseline;  // group -> memcpy bytes/s
+  std::vector<std::int64_t> tokens;        // token counts of 32 heads x 128 (the key table's columns)
   for (const Result& r : rec.results()) {
     const auto it = registered().find(r.name);
     if (it == registered().end()) {
       std::fprintf(out, "rotary_bench: warning: run '%s' matches no registered case\n", r.name.c_str());
       continue;
     }
+    const CaseInfo& c = it->second;
     const double bps = r.value();
     const std::size_t runs = r.runs();
     min_runs = rows.empty() ? runs : std::min(min_runs, runs);
     max_runs = std::max(max_runs, runs);
-    rows.push_back(Row{&it->second, bps, runs, r.error});
-    if (bps > 0) measured.add(it->second, bps);
-    if (it->second.impl == "memcpy" && bps > 0) baseline[group_key(it->second)] = bps;
+    rows.push_back(Row{&c, bps, runs, r.error, -1});
+    if (bps > 0) measured.add(c, bps);
+    if (c.impl == "memcpy" && bps > 0) baseline[group_key(c)] = bps;
+    if (c.layout.empty() && c.impl == "dispatch" && c.shape.heads == 32 && c.shape.head_dim == 128 &&
+        !c.shape.fused() && bps > 0)
+      tokens.push_back(c.shape.tokens);
   }
   if (rows.empty()) return;
+  for (Row& row : rows) {
+    const auto base = baseline.find(group_key(*row.info));
+    if (base != baseline.end()) row.baseline = base->second;
+  }
+  std::sort(tokens.begin(), tokens.end());
+  tokens.erase(std::unique(tokens.begin(), tokens.end()), tokens.end());
+  const std::string machine = machine_description(rec.cpu());
 
+  // 1. The full table.
   if (max_runs <= 1)
-    std::fprintf(out, "\nrotary_bench summary: out of place, 1 thread unless a threads column says otherwise, single run each\n");
+    std::fprintf(out, "\nrotary_bench full table: out of place, 1 thread unless a threads column says otherwise, single run each\n");
   else if (min_runs == max_runs)
-    std::fprintf(out, "\nrotary_bench summary: out of place, 1 thread unless a threads column says otherwise, median of %zu runs each\n", max_runs);
+    std::fprintf(out, "\nrotary_bench full table: out of place, 1 thread unless a threads column says otherwise, median of %zu runs each\n", max_runs);
   else
-    std::fprintf(out, "\nrotary_bench summary: out of place, 1 thread unless a threads column says otherwise, median of the runs column (key cases: %zu)\n",
+    std::fprintf(out, "\nrotary_bench full table: out of place, 1 thread unless a threads column says otherwise, median of the runs column (key cases: %zu)\n",
                  max_runs);
   std::fprintf(out, "  GB/s = 1e9 B/s of vectors read + written (cos/sin table not counted), per CPU time\n");
   std::fprintf(out, "  x memcpy = GB/s / memcpy GB/s of the same pairing, dtype and shape, in this run\n");
   std::fprintf(out, "  heads 40 = 32 query + 8 key heads per token, separate q and k arrays (fused shapes)\n");
-  std::fprintf(out, "machine: %s\n", machine_description(rec.cpu()).c_str());
+  std::fprintf(out, "machine: %s\n", machine.c_str());
   std::fprintf(out, "build:   %s\n\n", build_description().c_str());
-  auto ratio_columns = [&](const Row& row, const std::string& group) {
+  auto ratio_columns = [&](const Row& row) {
     if (!row.error.empty() || row.bps < 0) {
       std::fprintf(out, "%9s %9s  %s\n", "-", "-", row.error.empty() ? "no result" : row.error.c_str());
       return;
     }
-    const auto base = baseline.find(group);
-    if (base == baseline.end())
+    if (row.baseline <= 0)
       std::fprintf(out, "%9.2f %9s\n", row.bps / 1e9, "-");
     else
-      std::fprintf(out, "%9.2f %9.3f\n", row.bps / 1e9, row.bps / base->second);
+      std::fprintf(out, "%9.2f %9.3f\n", row.bps / 1e9, row.bps / row.baseline);
   };
   auto mib = [](const CaseInfo& c) {
     return 2.0 * static_cast<double>(c.shape.elements()) * static_cast<double>(c.element_bytes) / (1024.0 * 1024.0);
   };
-  std::fprintf(out, "%-12s %-5s %-11s %6s %5s %8s %9s %4s %9s %9s\n", "pairing", "dtype", "impl", "tokens",
+  std::fprintf(out, "%-12s %-5s %-18s %6s %5s %8s %9s %4s %9s %9s\n", "pairing", "dtype", "impl", "tokens",
                "heads", "head_dim", "MiB", "runs", "GB/s", "x memcpy");
   std::string previous_group;
   bool any_batch = false;
@@ -465,10 +724,10 @@ void print_summary(const RecordingReporter& rec, const SummaryOptions& options, 
     const std::string group = group_key(c);
     if (!previous_group.empty() && group != previous_group) std::fprintf(out, "\n");
     previous_group = group;
-    std::fprintf(out, "%-12s %-5s %-11s %6lld %5lld %8lld %9.2f %4zu ", c.pairing.c_str(), c.dtype.c_str(),
+    std::fprintf(out, "%-12s %-5s %-18s %6lld %5lld %8lld %9.2f %4zu ", c.pairing.c_str(), c.dtype.c_str(),
                  c.impl.c_str(), static_cast<long long>(c.shape.tokens),
                  static_cast<long long>(c.shape.heads), static_cast<long long>(c.shape.head_dim), mib(c), row.runs);
-    ratio_columns(row, group);
+    ratio_columns(row);
   }
   if (any_batch) {
     std::fprintf(out,
@@ -487,14 +746,33 @@ void print_summary(const RecordingReporter& rec, const SummaryOptions& options, 
                    c.dtype.c_str(), c.impl.c_str(), c.layout.c_str(), static_cast<long long>(c.shape.tokens),
                    static_cast<long long>(c.shape.heads), static_cast<long long>(c.shape.head_dim), c.threads,
                    mib(c), row.runs);
-      ratio_columns(row, group);
+      ratio_columns(row);
     }
   }
-  if (options.compare_with.empty())
-    print_targets(measured, out);
-  else
-    print_comparison(measured, options.compare_with, out);
+
+  // 2. The compact summary, to `out` and to --rotary_summary_out.
+  std::FILE* compact = std::tmpfile();
+  if (compact == nullptr) compact = out;  // no temporary file: print only
+  std::fprintf(out, "\n");
+  print_compact(measured, tokens, machine, min_runs, max_runs, options, compact);
+  if (compact != out) {
+    copy_stream(compact, out);
+    if (!options.summary_out.empty()) {
+      std::FILE* f = std::fopen(options.summary_out.c_str(), "w");
+      if (f == nullptr) {
+        std::fprintf(stderr, "rotary_bench: cannot write %s\n", options.summary_out.c_str());
+      } else {
+        copy_stream(compact, f);
+        std::fclose(f);
+      }
+    }
+    std::fclose(compact);
+  }
   if (!options.key_ratios_out.empty()) write_key_ratios(measured, options.key_ratios_out);
+  if (!options.csv_out.empty() && !write_csv(rows, options.csv_out))
+    std::fprintf(stderr, "rotary_bench: cannot write %s\n", options.csv_out.c_str());
+  if (!options.svg_out.empty() && !write_svg(measured, tokens, machine, max_runs, options.svg_out))
+    std::fprintf(stderr, "rotary_bench: cannot write %s\n", options.svg_out.c_str());
   std::fflush(out);
 }
 
@@ -524,6 +802,9 @@ int run_suite(int argc, char** argv) {
   SummaryOptions options;
   options.key_ratios_out = take_flag(args, "rotary_key_ratios_out");
   options.compare_with = take_flag(args, "rotary_compare_with");
+  options.summary_out = take_flag(args, "rotary_summary_out");
+  options.csv_out = take_flag(args, "rotary_csv_out");
+  options.svg_out = take_flag(args, "rotary_svg_out");
   const std::string key_reps = take_flag(args, "rotary_key_repetitions");
   if (!key_reps.empty()) {
     char* end = nullptr;
@@ -541,6 +822,15 @@ int run_suite(int argc, char** argv) {
 
   register_kernel_cases();
   register_layout_cases();
+
+  // Which machine and build the numbers are from, in every output format (JSON: "context").
+  const CpuName& cpu = this_cpu();
+  benchmark::AddCustomContext("rotary_cpu", cpu.description());
+  benchmark::AddCustomContext("rotary_cpu_vendor", cpu.vendor);
+  benchmark::AddCustomContext("rotary_cpu_family", std::to_string(cpu.family));
+  benchmark::AddCustomContext("rotary_cpu_model", std::to_string(cpu.model));
+  benchmark::AddCustomContext("rotary_cpu_uarch", cpu.uarch.empty() ? "unknown" : cpu.uarch);
+  benchmark::AddCustomContext("rotary_build", build_description());
 
   RecordingReporter reporter(benchmark::CreateDefaultDisplayReporter());
   benchmark::RunSpecifiedBenchmarks(&reporter);
