@@ -48,13 +48,20 @@ CpuInfoFile read_proc_cpuinfo() {
     const std::string key = trim(line.substr(0, colon));
     const std::string value = trim(line.substr(colon + 1));
     std::string* slot = nullptr;
-    if (key == "vendor_id") slot = &f.vendor_id;
-    else if (key == "model name" || key == "Model") slot = &f.model_name;
-    else if (key == "cpu family") slot = &f.family;
-    else if (key == "model") slot = &f.model;
-    else if (key == "stepping") slot = &f.stepping;
-    else if (key == "CPU implementer") slot = &f.implementer;
-    else if (key == "CPU part") slot = &f.part;
+    if (key == "vendor_id")
+      slot = &f.vendor_id;
+    else if (key == "model name" || key == "Model")
+      slot = &f.model_name;
+    else if (key == "cpu family")
+      slot = &f.family;
+    else if (key == "model")
+      slot = &f.model;
+    else if (key == "stepping")
+      slot = &f.stepping;
+    else if (key == "CPU implementer")
+      slot = &f.implementer;
+    else if (key == "CPU part")
+      slot = &f.part;
     if (slot != nullptr && slot->empty()) *slot = value;  // first processor only
   }
   return f;
@@ -64,11 +71,16 @@ CpuInfoFile read_proc_cpuinfo() {
 std::string arm_part_name(int implementer, int part) {
   if (implementer != 0x41) return std::string();
   switch (part) {
-    case 0xd0c: return "Neoverse N1";
-    case 0xd40: return "Neoverse V1";
-    case 0xd49: return "Neoverse N2";
-    case 0xd4f: return "Neoverse V2";
-    default: return std::string();
+    case 0xd0c:
+      return "Neoverse N1";
+    case 0xd40:
+      return "Neoverse V1";
+    case 0xd49:
+      return "Neoverse N2";
+    case 0xd4f:
+      return "Neoverse V2";
+    default:
+      return std::string();
   }
 }
 
@@ -90,8 +102,9 @@ CpuName detect() {
     const int base_model = static_cast<int>((a >> 4) & 0xf);
     c.stepping = static_cast<int>(a & 0xf);
     c.family = base_family == 0xf ? base_family + static_cast<int>((a >> 20) & 0xff) : base_family;
-    c.model = (base_family == 0x6 || base_family == 0xf) ? (static_cast<int>((a >> 16) & 0xf) << 4) + base_model
-                                                          : base_model;
+    c.model = (base_family == 0x6 || base_family == 0xf)
+                  ? (static_cast<int>((a >> 16) & 0xf) << 4) + base_model
+                  : base_model;
   }
   unsigned brand[12] = {};
   if (__get_cpuid(0x80000004u, &a, &b, &cx, &d) != 0) {
@@ -144,8 +157,8 @@ std::string CpuName::description() const {
   std::string s = brand + " (" + vendor;
   char buf[96];
   if (family >= 0 && model >= 0) {
-    std::snprintf(buf, sizeof buf, ", family 0x%x = %d, model 0x%x = %d", static_cast<unsigned>(family), family,
-                  static_cast<unsigned>(model), model);
+    std::snprintf(buf, sizeof buf, ", family 0x%x = %d, model 0x%x = %d", static_cast<unsigned>(family),
+                  family, static_cast<unsigned>(model), model);
     s += buf;
   }
   if (stepping >= 0) s += ", stepping " + std::to_string(stepping);

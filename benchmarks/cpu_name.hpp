@@ -15,7 +15,7 @@ struct CpuName {
   int family = -1;     // x86 family and model as Linux prints them (base + extended); -1: unknown
   int model = -1;
   int stepping = -1;
-  std::string uarch;   // "Zen 4", "Neoverse V2", ...; "" when we have no name for the numbers
+  std::string uarch;  // "Zen 4", "Neoverse V2", ...; "" when we have no name for the numbers
 
   // One line: brand (vendor, family 0x19 = 25, model 0x11 = 17, stepping 1: Zen 4).
   std::string description() const;

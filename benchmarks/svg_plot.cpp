@@ -13,11 +13,16 @@ namespace {
 std::string escape(const std::string& s) {
   std::string r;
   for (const char c : s) {
-    if (c == '&') r += "&amp;";
-    else if (c == '<') r += "&lt;";
-    else if (c == '>') r += "&gt;";
-    else if (c == '"') r += "&quot;";
-    else r += c;
+    if (c == '&')
+      r += "&amp;";
+    else if (c == '<')
+      r += "&lt;";
+    else if (c == '>')
+      r += "&gt;";
+    else if (c == '"')
+      r += "&quot;";
+    else
+      r += c;
   }
   return r;
 }
@@ -71,8 +76,9 @@ std::string render_svg(const SvgFigure& f) {
     << "\" viewBox=\"0 0 " << width << ' ' << height
     << "\" font-family=\"Helvetica, Arial, sans-serif\" font-size=\"12\">\n"
     << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
-    << "<text x=\"" << width / 2 << "\" y=\"24\" text-anchor=\"middle\" font-size=\"15\" font-weight=\"bold\">"
-    << escape(f.title) << "</text>\n";
+    << "<text x=\"" << width / 2
+    << "\" y=\"24\" text-anchor=\"middle\" font-size=\"15\" font-weight=\"bold\">" << escape(f.title)
+    << "</text>\n";
   for (std::size_t i = 0; i < f.subtitles.size(); ++i)
     o << "<text x=\"" << width / 2 << "\" y=\"" << 44 + 16 * static_cast<double>(i)
       << "\" text-anchor=\"middle\" font-size=\"11\" fill=\"#333\">" << escape(f.subtitles[i]) << "</text>\n";
@@ -83,7 +89,9 @@ std::string render_svg(const SvgFigure& f) {
     const SvgPanel& p = f.panels[pi];
     const double left = margin_left + static_cast<double>(pi) * (panel_w + gap);
     const double right = left + panel_w;
-    auto px = [&](double x) { return left + (std::log10(x) - decade_lo) / (decade_hi - decade_lo) * panel_w; };
+    auto px = [&](double x) {
+      return left + (std::log10(x) - decade_lo) / (decade_hi - decade_lo) * panel_w;
+    };
     auto py = [&](double y) { return bottom - y / ytop * panel_h; };
     o << "<text x=\"" << (left + right) / 2 << "\" y=\"" << top - 8
       << "\" text-anchor=\"middle\" font-size=\"13\" font-weight=\"bold\">" << escape(p.title) << "</text>\n";
@@ -96,21 +104,21 @@ std::string render_svg(const SvgFigure& f) {
         << "\" y2=\"" << bottom + 6 << "\"/>\n";
       for (int m = 2; m <= 9 && e < decade_hi; ++m) {
         const double xm = px(m * std::pow(10.0, e));
-        o << "<line x1=\"" << num(xm) << "\" y1=\"" << bottom << "\" x2=\"" << num(xm) << "\" y2=\"" << bottom + 3
-          << "\"/>\n";
+        o << "<line x1=\"" << num(xm) << "\" y1=\"" << bottom << "\" x2=\"" << num(xm) << "\" y2=\""
+          << bottom + 3 << "\"/>\n";
       }
     }
     for (double y = 0; y <= ytop + 1e-9; y += step) {
-      o << "<line x1=\"" << left << "\" y1=\"" << num(py(y)) << "\" x2=\"" << right << "\" y2=\"" << num(py(y))
-        << "\" stroke=\"#e4e4e4\"/>\n<line x1=\"" << left - 6 << "\" y1=\"" << num(py(y)) << "\" x2=\"" << left
-        << "\" y2=\"" << num(py(y)) << "\"/>\n";
+      o << "<line x1=\"" << left << "\" y1=\"" << num(py(y)) << "\" x2=\"" << right << "\" y2=\""
+        << num(py(y)) << "\" stroke=\"#e4e4e4\"/>\n<line x1=\"" << left - 6 << "\" y1=\"" << num(py(y))
+        << "\" x2=\"" << left << "\" y2=\"" << num(py(y)) << "\"/>\n";
     }
     o << "</g>\n<g>\n";
     for (double e = decade_lo; e <= decade_hi; ++e) {
       char label[32];
       std::snprintf(label, sizeof label, "%.0f", std::pow(10.0, e));
-      o << "<text x=\"" << num(px(std::pow(10.0, e))) << "\" y=\"" << bottom + 20 << "\" text-anchor=\"middle\">"
-        << label << "</text>\n";
+      o << "<text x=\"" << num(px(std::pow(10.0, e))) << "\" y=\"" << bottom + 20
+        << "\" text-anchor=\"middle\">" << label << "</text>\n";
     }
     if (pi == 0) {
       for (double y = 0; y <= ytop + 1e-9; y += step) {
@@ -120,8 +128,8 @@ std::string render_svg(const SvgFigure& f) {
           << "</text>\n";
       }
     }
-    o << "</g>\n<rect x=\"" << left << "\" y=\"" << top << "\" width=\"" << panel_w << "\" height=\"" << panel_h
-      << "\" fill=\"none\" stroke=\"#000\"/>\n"
+    o << "</g>\n<rect x=\"" << left << "\" y=\"" << top << "\" width=\"" << panel_w << "\" height=\""
+      << panel_h << "\" fill=\"none\" stroke=\"#000\"/>\n"
       << "<text x=\"" << (left + right) / 2 << "\" y=\"" << bottom + 40
       << "\" text-anchor=\"middle\" font-size=\"13\">" << escape(f.x_label) << "</text>\n";
     // Series: a line through the points, and a marker on each.
