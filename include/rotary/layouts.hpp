@@ -503,7 +503,9 @@ template <class T>
 void run_interleaved(const std::vector<KernelArgs<T>>& calls, const ParallelFor& parallel) {
   const Kernel<T> kernel = select_kernel<T>();
   const std::int64_t tokens = calls.front().tokens;  // every sequence of a batch has seq tokens
-  for_token_ranges(tokens, parallel, [&calls, kernel](std::int64_t begin, std::int64_t end) {
+  std::int64_t bytes = 0;
+  for (const KernelArgs<T>& a : calls) bytes += token_bytes(a);
+  for_token_ranges(tokens, bytes, parallel, [&calls, kernel](std::int64_t begin, std::int64_t end) {
     for (std::int64_t t = begin; t < end; ++t)
       for (const KernelArgs<T>& a : calls) run_tokens(kernel, a, t, t + 1);
   });
@@ -518,13 +520,15 @@ void run_sequences(const std::vector<KernelArgs<T>>& calls, const ParallelFor& p
   const Kernel<T> kernel = select_kernel<T>();
   const std::int64_t seq = calls.front().tokens;  // every sequence of a batch has seq tokens
   const auto total = static_cast<std::int64_t>(calls.size()) * seq;
-  parallel(total, [&calls, kernel, seq](std::int64_t begin, std::int64_t end) {
+  if (total == 0) return;
+  const auto body = [&calls, kernel, seq](std::int64_t begin, std::int64_t end) {
     for (std::int64_t b = begin / seq; b * seq < end; ++b) {
       const std::int64_t lo = std::max(begin, b * seq) - b * seq;
       const std::int64_t hi = std::min(end, (b + 1) * seq) - b * seq;
       if (lo < hi) run_tokens(kernel, calls[static_cast<std::size_t>(b)], lo, hi);
     }
-  });
+  };
+  for_token_ranges(total, token_bytes(calls.front()), parallel, body);
 }
 
 // The whole batched call of rotator r: validate everything, then dispatch.

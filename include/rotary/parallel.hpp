@@ -1,11 +1,28 @@
-// rotary — threads through a caller-supplied parallel-for. rotary starts no threads of its own:
-// engines pass their thread pool as a ParallelFor; work is split over tokens.
+// rotary — threads through a caller-supplied parallel-for. Every entry point takes an optional
+// trailing ParallelFor and splits its tokens over it; without one, a call runs on the calling thread.
+//
+//   ThreadPool            a persistent pool (the caller is one of its threads): what to pass when the
+//                         engine has no pool of its own. Threads start once, in the constructor.
+//   thread_parallel_for   starts std::threads on every call (20-50 us each): examples and one-off
+//                         large calls only; a ThreadPool is the same split without that cost.
+//   openmp_parallel_for   the OpenMP runtime's team, when the including TU is built with -fopenmp.
+//   your own pool         anything callable as a ParallelFor (below).
+//
+// Small calls run on the caller alone whatever is passed: waking another thread costs microseconds,
+// more than rotating a few tokens takes, so a call is split only into parts that each move at least
+// kMinParallelBytes (the driver's for_token_ranges, detail/driver/driver.hpp). Splitting never
+// changes the result: each token is rotated by the same code with the same cos/sin in any split.
 #ifndef ROTARY_PARALLEL_HPP
 #define ROTARY_PARALLEL_HPP
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <functional>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -19,8 +36,15 @@ namespace rotary {
 
 // Must call body(begin, end) over disjoint ranges that cover [0, n) exactly, possibly concurrently,
 // and return when all calls have returned. An empty ParallelFor runs body(0, n) on the caller.
+// rotary's bodies do not throw; a ParallelFor that runs other bodies decides what a throw does.
 using ParallelFor =
     std::function<void(std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& body)>;
+
+// The least bytes (vectors read + written) a call gives each thread: below 2 x this, a call runs on
+// the caller alone even with a ParallelFor; above, it is split into at most bytes / this parts.
+// Chosen from a 2-thread ThreadPool against 1 thread on rows of 32 heads x 128 (f32, f16, bf16) on a
+// 2-vCPU AMD EPYC VM (Zen 4 class): docs/threads.md has the figures.
+inline constexpr std::int64_t kMinParallelBytes = std::int64_t{128} * 1024;
 
 // Splits [0, n) into `parts` nearly equal ranges; range i is [bounds(i), bounds(i + 1)).
 // Unchecked (ROTARY_ASSERT in debug builds): parts >= 1, n >= 0, 0 <= i <= parts.
@@ -29,8 +53,192 @@ inline std::int64_t split_bound(std::int64_t n, std::int64_t parts, std::int64_t
   return n / parts * i + std::min(i, n % parts);
 }
 
+namespace detail {
+
+// The gate's threshold as the driver reads it: kMinParallelBytes unless a test lowered it to make
+// small calls split (test_threads). Not an interface: set it only from tests.
+inline std::atomic<std::int64_t>& min_parallel_bytes_state() noexcept {
+  static std::atomic<std::int64_t> bytes{kMinParallelBytes};
+  return bytes;
+}
+
+// A spinning thread's pause: lets the sibling hyperthread run and saves power.
+inline void spin_pause() noexcept {
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+  __builtin_ia32_pause();
+#elif defined(__GNUC__) && defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+}  // namespace detail
+
+// A persistent pool of `threads` threads, the caller being one of them: threads - 1 std::threads
+// start in the constructor and are joined by the destructor. pool(n, body) splits [0, n) into
+// min(threads, n) nearly equal ranges (split_bound) and runs them on the caller and the workers.
+// Use it as the ParallelFor of any entry point, either way:
+//   rotary::ThreadPool pool(4);
+//   rotary::apply(rope, x, positions, heads, rotary::Direction::forward, pool.parallel_for());
+//   rotary::apply(rope, x, positions, heads, rotary::Direction::forward, std::ref(pool));
+// The pool must outlive every ParallelFor made from it.
+//
+// Idle workers spin for up to kSpin after each job (back-to-back calls, a model's layers, find them
+// awake), pausing between checks, then sleep on a condition variable: a pool left idle costs no CPU.
+// Ranges are claimed, not assigned: the caller, done with one, takes the next one no worker has
+// started. So a call whose workers are still waking up (or descheduled) runs on the caller, about
+// as fast as without the pool, rather than waiting for them.
+// One job at a time: a call made while the pool is busy (from another thread, or from inside a body)
+// runs its whole body(0, n) on its own calling thread instead of waiting, so concurrent callers
+// never block each other and nested calls cannot deadlock.
+// If body throws, on any thread, the call still waits for every range to finish, then rethrows the
+// first exception on the caller (rotary's own bodies do not throw).
+class ThreadPool {
+ public:
+  static constexpr std::chrono::microseconds kSpin{500};
+  static constexpr unsigned kMaxThreads = 0xffff;  // ranges are counted in 16 bits
+
+  // threads == 0 is taken as 1 (the caller alone: no threads started); at most kMaxThreads.
+  explicit ThreadPool(unsigned threads) : size_(std::min(std::max(threads, 1u), kMaxThreads)) {
+    workers_.reserve(size_ - 1);
+    try {
+      for (unsigned i = 1; i < size_; ++i) workers_.emplace_back([this] { work(); });
+    } catch (...) {  // a thread failed to start: stop those that did before giving up
+      stop_and_join();
+      throw;
+    }
+  }
+  ~ThreadPool() { stop_and_join(); }
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  unsigned size() const noexcept { return size_; }
+
+  // The ParallelFor contract: body(begin, end) over [0, n), returning when every range is done.
+  void operator()(std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& body) {
+    const std::int64_t parts = std::min<std::int64_t>(size_, n);
+    if (parts <= 1 || busy_.exchange(true, std::memory_order_acquire)) {
+      if (n > 0) body(0, n);  // too small to split, or the pool is busy
+      return;
+    }
+    body_ = &body;
+    n_ = n;
+    error_ = nullptr;
+    done_.store(0, std::memory_order_relaxed);
+    const std::uint64_t job = ((job_ticket_.load(std::memory_order_relaxed) >> 32) + 1) << 32 |
+                              static_cast<std::uint64_t>(parts) << 16;
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      job_ticket_.store(job, std::memory_order_release);  // publishes the job to the workers
+    }
+    wake_.notify_all();
+    help(job >> 32);
+    wait_until_done(parts);
+    body_ = nullptr;
+    std::exception_ptr error = error_;
+    error_ = nullptr;
+    busy_.store(false, std::memory_order_release);
+    if (error) std::rethrow_exception(error);
+  }
+
+  // The pool as a ParallelFor (a reference to it: the pool must outlive it).
+  ParallelFor parallel_for() {
+    return [this](std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& body) { (*this)(n, body); };
+  }
+
+ private:
+  // Runs ranges of job `generation` until none is left unclaimed. job_ticket_ holds the job's
+  // generation (bits 32-63), its range count (16-31) and the next unclaimed range (0-15) in one
+  // word, so a claim names its job: a worker arriving after its job ended claims nothing, and never
+  // reads the fields of the next.
+  void help(std::uint64_t generation) noexcept {
+    std::uint64_t t = job_ticket_.load(std::memory_order_acquire);
+    for (;;) {
+      const std::uint64_t parts = (t >> 16) & 0xffff;
+      const std::uint64_t next = t & 0xffff;
+      if ((t >> 32) != generation || next >= parts) return;
+      if (!job_ticket_.compare_exchange_weak(t, t + 1, std::memory_order_acq_rel, std::memory_order_acquire))
+        continue;
+      // The job cannot end before this range is done, so its fields stay as published.
+      const auto p = static_cast<std::int64_t>(parts);
+      const auto i = static_cast<std::int64_t>(next);
+      try {
+        (*body_)(split_bound(n_, p, i), split_bound(n_, p, i + 1));
+      } catch (...) {
+        const std::lock_guard<std::mutex> lock(mutex_);
+        if (!error_) error_ = std::current_exception();
+      }
+      if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == p) {
+        // The last range: wake a caller that stopped spinning. Taking the mutex orders this after
+        // the caller's last check of done_, so the notification cannot be lost.
+        { const std::lock_guard<std::mutex> lock(mutex_); }
+        finished_.notify_one();
+        return;
+      }
+      t = job_ticket_.load(std::memory_order_acquire);
+    }
+  }
+
+  // The caller, with nothing left to claim: spin while the workers finish their ranges (started at
+  // about the same time), then sleep if one of them is slow (descheduled, or a long range).
+  void wait_until_done(std::int64_t parts) {
+    const auto until = std::chrono::steady_clock::now() + kSpin;
+    while (done_.load(std::memory_order_acquire) != parts) {
+      for (int k = 0; k < 16; ++k) detail::spin_pause();
+      if (std::chrono::steady_clock::now() >= until) {
+        std::unique_lock<std::mutex> lock(mutex_);
+        finished_.wait(lock, [this, parts] { return done_.load(std::memory_order_acquire) == parts; });
+        return;
+      }
+    }
+  }
+
+  void work() {
+    std::uint64_t seen = 0;  // the last generation this worker helped with
+    const auto generation = [this] { return job_ticket_.load(std::memory_order_acquire) >> 32; };
+    for (;;) {
+      std::uint64_t g = generation();
+      const auto until = std::chrono::steady_clock::now() + kSpin;
+      while (g == seen && !stop_.load(std::memory_order_relaxed)) {
+        for (int k = 0; k < 16; ++k) detail::spin_pause();
+        g = generation();
+        if (g == seen && std::chrono::steady_clock::now() >= until) {
+          std::unique_lock<std::mutex> lock(mutex_);
+          wake_.wait(lock, [&] { return stop_.load(std::memory_order_relaxed) || generation() != seen; });
+          g = generation();
+        }
+      }
+      if (stop_.load(std::memory_order_relaxed)) return;
+      seen = g;
+      help(g);
+    }
+  }
+
+  void stop_and_join() noexcept {
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      stop_.store(true, std::memory_order_relaxed);
+    }
+    wake_.notify_all();
+    for (std::thread& t : workers_) t.join();
+  }
+
+  unsigned size_;
+  std::vector<std::thread> workers_;
+  std::mutex mutex_;  // the sleeping paths (wake_, finished_) and error_
+  std::condition_variable wake_;
+  std::condition_variable finished_;
+  std::atomic<std::uint64_t> job_ticket_{0};  // generation | ranges | next range (help())
+  std::atomic<std::int64_t> done_{0};         // ranges of the current job finished
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> busy_{false};  // a job is running (its caller owns the fields below)
+  const std::function<void(std::int64_t, std::int64_t)>* body_ = nullptr;
+  std::int64_t n_ = 0;
+  std::exception_ptr error_;
+};
+
 // A ParallelFor on std::thread: `threads` workers per call (the caller is one of them). Threads are
-// created per call: fine for large calls and examples; engines should pass their own pool instead.
+// created per call (20-50 us each, more than a short call takes): prefer a ThreadPool, which starts
+// them once, or the engine's own pool.
 inline ParallelFor thread_parallel_for(unsigned threads) {
   return [threads](std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& body) {
     const std::int64_t parts = std::max<std::int64_t>(1, std::min<std::int64_t>(threads, n));
@@ -44,17 +252,31 @@ inline ParallelFor thread_parallel_for(unsigned threads) {
 }
 
 #if defined(_OPENMP)
-// A ParallelFor on the OpenMP runtime (available when the including TU is built with -fopenmp).
+namespace detail {
+inline void omp_split(std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& body) {
+  const auto parts = static_cast<std::int64_t>(omp_get_num_threads());
+  const auto i = static_cast<std::int64_t>(omp_get_thread_num());
+  const std::int64_t b = split_bound(n, parts, i);
+  const std::int64_t e = split_bound(n, parts, i + 1);
+  if (b < e) body(b, e);
+}
+}  // namespace detail
+
+// A ParallelFor on the OpenMP runtime (available when the including TU is built with -fopenmp):
+// a team of the runtime's default size (OMP_NUM_THREADS).
 inline ParallelFor openmp_parallel_for() {
   return [](std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& body) {
 #pragma omp parallel
-    {
-      const auto parts = static_cast<std::int64_t>(omp_get_num_threads());
-      const auto i = static_cast<std::int64_t>(omp_get_thread_num());
-      const std::int64_t b = split_bound(n, parts, i);
-      const std::int64_t e = split_bound(n, parts, i + 1);
-      if (b < e) body(b, e);
-    }
+    detail::omp_split(n, body);
+  };
+}
+
+// The same on a team of `threads` threads (at least 1; the runtime may give fewer).
+inline ParallelFor openmp_parallel_for(int threads) {
+  const int team = std::max(threads, 1);
+  return [team](std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& body) {
+#pragma omp parallel num_threads(team)
+    detail::omp_split(n, body);
   };
 }
 #endif

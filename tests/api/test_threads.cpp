@@ -7,15 +7,24 @@
 //     the test first resets the resolved ISA (CPU detection then is already done).
 //   * One thread cycles set_max_isa() over every supported ISA while 8 others rotate (every ISA gives
 //     the same bits, so the results cannot depend on the interleaving).
-//   * ParallelFor hooks: thread_parallel_for with 2..16 threads and a persistent std::thread pool
-//     (mutex + condition variable, like an engine's), over apply, fused GQA q+k, cache-free ropes,
+//   * ParallelFor hooks: thread_parallel_for with 2..16 threads, rotary::ThreadPool and an engine-style
+//     persistent pool (mutex + condition variable), over apply, fused GQA q+k, cache-free ropes,
 //     apply_batch on every layout, apply_varlen, shift_keys and rerotate_keys; and several callers
-//     each splitting their own call over a pool at the same time.
+//     each splitting their own call over a pool at the same time. These calls are small, so they
+//     lower the minimum work per thread (SplitEverything) to split at all.
+//   * rotary::ThreadPool itself: every index of [0, n) exactly once at 1..4 threads, 10000 small
+//     calls in a row, two callers sharing one pool, a call from inside a body, a body that throws,
+//     std::ref(pool) as a ParallelFor; apply / apply_qk through a pool give the 1-thread bits on
+//     random shapes from 1 token to a few MiB.
+//   * The minimum work per thread (kMinParallelBytes): a recording ParallelFor is not called for
+//     calls too small to split, is called with a few chunks just above the threshold (q and k bytes
+//     both count), and with the tokens themselves for large calls; openmp_parallel_for(threads).
 // The serial results themselves are checked against reference::rotate_complex (long double) on
 // sampled rows, so a test cannot pass by two runs being equally wrong. Sizes stay small: the `tsan`
 // preset runs this file under ThreadSanitizer on a 2-core machine.
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
@@ -23,6 +32,8 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -381,16 +392,35 @@ class Pool {
   bool stop_ = false;
 };
 
-// Every ParallelFor under test: thread_parallel_for at several widths and two persistent pools.
+// Splits every call with two tokens or more, however little work it is (rotary's default runs small
+// calls on the caller alone), so small test shapes still exercise the threads; restores the default.
+class SplitEverything {
+ public:
+  SplitEverything() : saved_(rotary::detail::min_parallel_bytes_state().exchange(0)) {}
+  ~SplitEverything() { rotary::detail::min_parallel_bytes_state().store(saved_); }
+  SplitEverything(const SplitEverything&) = delete;
+  SplitEverything& operator=(const SplitEverything&) = delete;
+
+ private:
+  std::int64_t saved_;
+};
+
+// Every ParallelFor under test: thread_parallel_for at several widths, rotary::ThreadPool and two
+// engine-style pools; calls split however small.
 struct Hooks {
+  SplitEverything split;
   Pool pool3{3};
   Pool pool7{7};
+  rotary::ThreadPool thread_pool2{2};
+  rotary::ThreadPool thread_pool4{4};
   std::vector<std::pair<std::string, rotary::ParallelFor>> all() {
     return {{"thread_parallel_for(2)", rotary::thread_parallel_for(2)},
             {"thread_parallel_for(5)", rotary::thread_parallel_for(5)},
             {"thread_parallel_for(16)", rotary::thread_parallel_for(16)},
             {"pool(4)", pool3.parallel_for()},
-            {"pool(8)", pool7.parallel_for()}};
+            {"pool(8)", pool7.parallel_for()},
+            {"ThreadPool(2)", thread_pool2.parallel_for()},
+            {"std::ref(ThreadPool(4))", std::ref(thread_pool4)}};
   }
 };
 
@@ -488,7 +518,7 @@ TEST(ParallelForHooks, ShiftAndRerotateKeys) {
 }
 
 // Several callers at once, each splitting its own call over its own pool or thread_parallel_for
-// (threads inside threads), on one shared Rope.
+// (threads inside threads), two of them over one shared ThreadPool, on one shared Rope.
 TEST(ParallelForHooks, ConcurrentCallersEachSplitting) {
   constexpr int kCallers = 6;
   constexpr std::int64_t kTokens = 50, kHeads = 4, kDim = 32;
@@ -502,13 +532,16 @@ TEST(ParallelForHooks, ConcurrentCallersEachSplitting) {
   for (std::int64_t t = 0; t < kTokens; ++t) p[static_cast<std::size_t>(t)] = 77 + t;
   expect_matches_reference(rope, x, serial, p, kHeads, Direction::forward);
 
+  const SplitEverything split;
   std::vector<std::unique_ptr<Pool>> pools;
   pools.reserve(kCallers);
   for (int i = 0; i < kCallers; ++i) pools.push_back(std::make_unique<Pool>(1 + i % 3));
+  rotary::ThreadPool shared(3);  // callers 1 and 5 share it
   std::vector<std::vector<double>> got(kCallers, x);
   run_concurrently(kCallers, [&](int i) {
-    const rotary::ParallelFor hook =
-        i % 2 == 0 ? pools[static_cast<std::size_t>(i)]->parallel_for() : rotary::thread_parallel_for(3);
+    const rotary::ParallelFor hook = i % 4 == 1   ? shared.parallel_for()
+                                     : i % 2 == 0 ? pools[static_cast<std::size_t>(i)]->parallel_for()
+                                                  : rotary::thread_parallel_for(3);
     for (int rep = 0; rep < 3; ++rep) {
       std::vector<double> y = x;
       rotary::apply_strided(rope, y.data(), l, Positions::contiguous(77), Direction::forward, hook);
@@ -518,5 +551,277 @@ TEST(ParallelForHooks, ConcurrentCallersEachSplitting) {
   for (int i = 0; i < kCallers; ++i)
     EXPECT_TRUE(same_bits(got[static_cast<std::size_t>(i)], serial)) << "caller " << i;
 }
+
+// ---- rotary::ThreadPool -----------------------------------------------------------------------------
+
+// Runs pool(n, ...) and checks that the ranges are non-empty, disjoint, cover [0, n) exactly once and
+// number at most pool.size().
+void expect_covers_once(rotary::ThreadPool& pool, std::int64_t n) {
+  std::vector<std::atomic<int>> hits(static_cast<std::size_t>(n));
+  std::atomic<int> ranges{0};
+  std::atomic<int> empty{0};
+  pool(n, [&](std::int64_t begin, std::int64_t end) {
+    ++ranges;
+    if (begin >= end || begin < 0 || end > n) ++empty;
+    for (std::int64_t i = std::max<std::int64_t>(begin, 0); i < std::min(end, n); ++i)
+      ++hits[static_cast<std::size_t>(i)];
+  });
+  EXPECT_EQ(empty.load(), 0) << "n " << n << ", " << pool.size() << " threads";
+  EXPECT_LE(ranges.load(), static_cast<int>(std::min<std::int64_t>(pool.size(), std::max<std::int64_t>(n, 1))))
+      << "n " << n << ", " << pool.size() << " threads";
+  for (std::int64_t i = 0; i < n; ++i)
+    ASSERT_EQ(hits[static_cast<std::size_t>(i)].load(), 1) << "index " << i << " of " << n << ", " << pool.size()
+                                                           << " threads";
+}
+
+TEST(ThreadPool, CoversEveryIndexOnce) {
+  for (unsigned threads = 1; threads <= 4; ++threads) {
+    rotary::ThreadPool pool(threads);
+    EXPECT_EQ(pool.size(), threads);
+    for (const std::int64_t n : {0, 1, 2, 3, 17, 1000, 3, 0, 1}) expect_covers_once(pool, n);
+  }
+  rotary::ThreadPool none(0);  // 0 is taken as 1: the caller alone
+  EXPECT_EQ(none.size(), 1u);
+  expect_covers_once(none, 17);
+}
+
+// n > 1 on a pool of several threads runs ranges on other threads (not only on the caller).
+TEST(ThreadPool, RunsRangesOnItsWorkers) {
+  rotary::ThreadPool pool(3);
+  bool other = false;
+  for (int attempt = 0; attempt < 200 && !other; ++attempt) {
+    std::mutex m;
+    std::vector<std::thread::id> ids;
+    pool(3, [&](std::int64_t, std::int64_t) {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));  // long enough for a worker to claim one
+      const std::lock_guard<std::mutex> lock(m);
+      ids.push_back(std::this_thread::get_id());
+    });
+    for (const std::thread::id id : ids) other = other || id != std::this_thread::get_id();
+  }
+  EXPECT_TRUE(other) << "every range ran on the caller in 200 calls";
+}
+
+// 10000 small calls back to back (workers spinning and claiming, or asleep and racing to wake):
+// no deadlock, every index every time.
+TEST(ThreadPool, TenThousandSmallCalls) {
+  for (const unsigned threads : {2u, 3u}) {
+    rotary::ThreadPool pool(threads);
+    std::atomic<std::int64_t> sum{0};
+    std::int64_t want = 0;
+    for (int call = 0; call < 10000; ++call) {
+      const std::int64_t n = 1 + call % 7;
+      want += n * (n - 1) / 2;
+      pool(n, [&sum](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t i = begin; i < end; ++i) sum += i;
+      });
+      if (call % 2500 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(3));  // let workers sleep
+    }
+    EXPECT_EQ(sum.load(), want) << threads << " threads";
+  }
+}
+
+// Two std::threads call one pool at once, 2000 times each: one of them gets the pool, the other runs
+// its call on itself; both get every index once every time.
+TEST(ThreadPool, TwoCallersShareOnePool) {
+  rotary::ThreadPool pool(3);
+  std::vector<int> bad(2, 0);
+  run_concurrently(2, [&](int c) {
+    std::vector<int> hits(64);
+    for (int call = 0; call < 2000; ++call) {
+      std::fill(hits.begin(), hits.end(), 0);
+      pool(64, [&hits](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t i = begin; i < end; ++i) ++hits[static_cast<std::size_t>(i)];  // disjoint ranges
+      });
+      if (std::count(hits.begin(), hits.end(), 1) != 64) ++bad[static_cast<std::size_t>(c)];
+    }
+  });
+  EXPECT_EQ(bad[0], 0);
+  EXPECT_EQ(bad[1], 0);
+}
+
+// A body that calls the same pool (the pool is busy with the outer call): the inner call runs on the
+// thread that makes it, instead of deadlocking.
+TEST(ThreadPool, CallFromInsideABody) {
+  rotary::ThreadPool pool(2);
+  std::atomic<std::int64_t> inner{0};
+  pool(4, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end; ++i)
+      pool(10, [&inner](std::int64_t b, std::int64_t e) { inner += e - b; });
+  });
+  EXPECT_EQ(inner.load(), 40);
+}
+
+// A throw in any range, worker or caller: the call waits for the other ranges, then rethrows on the
+// caller; the pool still works afterwards.
+TEST(ThreadPool, RethrowsABodysException) {
+  rotary::ThreadPool pool(4);
+  for (std::int64_t thrower = 0; thrower < 4; ++thrower) {
+    std::atomic<int> finished{0};
+    try {
+      pool(4, [&](std::int64_t begin, std::int64_t) {
+        if (begin == thrower) throw std::runtime_error("range " + std::to_string(begin));
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        ++finished;
+      });
+      ADD_FAILURE() << "no exception from range " << thrower;
+    } catch (const std::runtime_error& e) {
+      EXPECT_EQ(std::string(e.what()), "range " + std::to_string(thrower));
+    }
+    EXPECT_EQ(finished.load(), 3) << "returned before the other ranges finished";
+    expect_covers_once(pool, 1000);
+  }
+}
+
+// ---- rotary::apply through a ThreadPool ---------------------------------------------------------------
+
+// apply and apply_qk through a ThreadPool give the 1-thread bits, on random shapes from one token to a
+// few MiB (large enough to pass the minimum work per thread), and the pool is used where the call is
+// large enough to split.
+template <class T>
+void check_apply_through_pool(std::mt19937_64& rng) {
+  const rotary::Rope<T> rope(RotarySpec(128, Pairing::half_split, 5e5, 96), 4096);
+  const rotary::Rope<T> fly(RotarySpec(64, Pairing::interleaved), rotary::OnTheFly{});
+  rotary::ThreadPool pool2(2);
+  rotary::ThreadPool pool3(3);
+  std::uniform_int_distribution<std::int64_t> heads_d(1, 12);
+  const std::int64_t token_counts[] = {1, 1, 2, 7, 33, 300, 1500};
+  for (const std::int64_t tokens : token_counts) {
+    for (const rotary::Rope<T>* r : {&rope, &fly}) {
+      const std::int64_t d = r->head_dim();
+      const std::int64_t qh = tokens >= 300 ? 16 : heads_d(rng);
+      const std::int64_t kh = 1 + qh / 4;
+      const std::vector<std::int64_t> pos = rotary_test::random_positions(static_cast<std::size_t>(tokens), 4095, rng);
+      const std::vector<T> q0 = random_values<T>(static_cast<std::size_t>(tokens * qh * d), rng);
+      const std::vector<T> k0 = random_values<T>(static_cast<std::size_t>(tokens * kh * d), rng);
+      const auto rows = [tokens, d](std::vector<T>& v, std::int64_t heads) {
+        return Eigen::Map<rotary::RowMatrix<T>>(v.data(), tokens * heads, d);
+      };
+      std::vector<T> q1 = q0, k1 = k0, only1 = q0;
+      rotary::apply_qk(*r, rows(q1, qh), rows(k1, kh), pos, qh, kh);
+      rotary::apply(*r, rows(only1, qh), pos, qh);
+      expect_matches_reference(*r, q0, only1, pos, qh, Direction::forward);
+      const bool large = tokens * qh * d * 2 * static_cast<std::int64_t>(sizeof(T)) >= 2 * rotary::kMinParallelBytes;
+      for (rotary::ThreadPool* pool : {&pool2, &pool3}) {
+        int calls = 0;
+        const rotary::ParallelFor counted = [&calls, pool](std::int64_t n,
+                                                           const std::function<void(std::int64_t, std::int64_t)>& body) {
+          ++calls;
+          (*pool)(n, body);
+        };
+        std::vector<T> q = q0, k = k0, only = q0;
+        rotary::apply_qk(*r, rows(q, qh), rows(k, kh), pos, qh, kh, Direction::forward, counted);
+        rotary::apply(*r, rows(only, qh), pos, qh, Direction::forward, counted);
+        const std::string what = std::to_string(tokens) + " tokens x (" + std::to_string(qh) + " + " +
+                                 std::to_string(kh) + ") heads x " + std::to_string(d) + ", " +
+                                 std::to_string(pool->size()) + " threads" + (r == &fly ? ", on the fly" : "");
+        EXPECT_TRUE(same_bits(q, q1) && same_bits(k, k1)) << what << " apply_qk";
+        EXPECT_TRUE(same_bits(only, only1)) << what << " apply";
+        if (large) {
+          EXPECT_EQ(calls, 2) << what << ": the pool was not used";
+        }
+        if (tokens == 1) {
+          EXPECT_EQ(calls, 0) << what << ": one token split";
+        }
+      }
+    }
+  }
+}
+
+TEST(ThreadPool, ApplyGivesTheOneThreadBits) {
+  std::mt19937_64 rng(rotary_test::seed() + 9);
+  check_apply_through_pool<float>(rng);
+  check_apply_through_pool<rotary::bf16>(rng);
+}
+
+// ---- the minimum work per thread --------------------------------------------------------------------
+
+// A serial ParallelFor that records each n it is given and runs the body over [0, n) in three ranges
+// (last first), so a test sees whether and how the driver split the call.
+struct Recorder {
+  std::vector<std::int64_t> calls;
+  rotary::ParallelFor get() {
+    return [this](std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& body) {
+      calls.push_back(n);
+      for (std::int64_t i = 2; i >= 0; --i) {
+        const std::int64_t b = rotary::split_bound(n, 3, i), e = rotary::split_bound(n, 3, i + 1);
+        if (b < e) body(b, e);
+      }
+    };
+  }
+};
+
+// f32 rows of 1 head x 64 move 512 bytes per token (read + written).
+constexpr std::int64_t kRowBytes = 64 * 2 * 4;
+constexpr std::int64_t kTokensPerPart = rotary::kMinParallelBytes / kRowBytes;
+static_assert(rotary::kMinParallelBytes % kRowBytes == 0, "the shapes below assume whole tokens per part");
+
+// apply over `tokens` x 1 head x 64 f32 through a Recorder; checks the bits against the plain call.
+std::vector<std::int64_t> recorded_calls(std::int64_t tokens) {
+  const rotary::Rope<float> rope(RotarySpec(64, Pairing::half_split), 1 << 14);
+  std::mt19937_64 rng(rotary_test::seed() + 10);
+  const std::vector<float> x = random_values<float>(static_cast<std::size_t>(tokens * 64), rng);
+  std::vector<float> serial = x, got = x;
+  rotary::apply(rope, Eigen::Map<rotary::RowMatrix<float>>(serial.data(), tokens, 64), Positions::contiguous(5), 1);
+  Recorder rec;
+  rotary::apply(rope, Eigen::Map<rotary::RowMatrix<float>>(got.data(), tokens, 64), Positions::contiguous(5), 1,
+                Direction::forward, rec.get());
+  EXPECT_TRUE(same_bits(got, serial)) << tokens << " tokens";
+  return rec.calls;
+}
+
+TEST(MinimumWork, SmallCallsRunOnTheCaller) {
+  EXPECT_TRUE(recorded_calls(1).empty()) << "1 token x 1 head x 64";
+  EXPECT_TRUE(recorded_calls(16).empty()) << "16 tokens x 1 head x 64 (8 KiB)";
+  EXPECT_TRUE(recorded_calls(2 * kTokensPerPart - 1).empty()) << "just under two parts' worth";
+}
+
+TEST(MinimumWork, LargerCallsSplitIntoChunksOfAtLeastTheMinimum) {
+  EXPECT_EQ(recorded_calls(2 * kTokensPerPart), std::vector<std::int64_t>{2});
+  EXPECT_EQ(recorded_calls(3 * kTokensPerPart + 5), std::vector<std::int64_t>{3});
+  // Plenty of parts' worth: the ParallelFor gets the tokens themselves.
+  EXPECT_EQ(recorded_calls(40 * kTokensPerPart), std::vector<std::int64_t>{40 * kTokensPerPart});
+}
+
+// Fused q+k: the key heads' bytes count too (1 + 1 heads: half the tokens per part), and so do the
+// batch entry points (BHSD batches run one region over all sequences).
+TEST(MinimumWork, KeysAndBatchesCount) {
+  const rotary::Rope<float> rope(RotarySpec(64, Pairing::half_split), 1 << 14);
+  for (const std::int64_t tokens : {kTokensPerPart - 1, kTokensPerPart}) {
+    std::vector<float> q(static_cast<std::size_t>(tokens * 64), 0.5f), k = q;
+    Recorder rec;
+    rotary::apply_qk(rope, Eigen::Map<rotary::RowMatrix<float>>(q.data(), tokens, 64),
+                     Eigen::Map<rotary::RowMatrix<float>>(k.data(), tokens, 64), Positions::contiguous(0), 1, 1,
+                     Direction::forward, rec.get());
+    EXPECT_EQ(rec.calls, tokens < kTokensPerPart ? std::vector<std::int64_t>{} : std::vector<std::int64_t>{2})
+        << tokens << " tokens, q and k";
+  }
+  for (const std::int64_t seq : {std::int64_t{8}, kTokensPerPart}) {  // seq tokens in all: none, then 2 parts
+    const rotary::BatchShape sh{4, seq / 4, 2, 64};
+    std::vector<float> x(static_cast<std::size_t>(seq * 2 * 64), 0.25f), serial = x;
+    rotary::apply_batch(rope, rotary::Layout::bhsd, serial.data(), sh, rotary::SequencePositions::starts({0, 9, 3, 1}));
+    Recorder rec;
+    rotary::apply_batch(rope, rotary::Layout::bhsd, x.data(), sh, rotary::SequencePositions::starts({0, 9, 3, 1}),
+                        Direction::forward, rec.get());
+    EXPECT_EQ(rec.calls, seq == 8 ? std::vector<std::int64_t>{} : std::vector<std::int64_t>{2}) << seq << " bhsd";
+    EXPECT_TRUE(same_bits(x, serial)) << seq << " bhsd";
+  }
+}
+
+#if defined(_OPENMP)
+TEST(OpenMp, ThreadCountOverload) {
+  for (const int threads : {1, 2, 3}) {
+    const rotary::ParallelFor omp = rotary::openmp_parallel_for(threads);
+    std::vector<std::atomic<int>> hits(100);
+    std::atomic<int> ranges{0};
+    omp(100, [&](std::int64_t b, std::int64_t e) {
+      ++ranges;
+      for (std::int64_t i = b; i < e; ++i) ++hits[static_cast<std::size_t>(i)];
+    });
+    EXPECT_LE(ranges.load(), threads);
+    for (auto& h : hits) ASSERT_EQ(h.load(), 1) << threads << " threads";
+  }
+}
+#endif
 
 }  // namespace

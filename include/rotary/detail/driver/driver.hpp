@@ -171,13 +171,37 @@ void run_tokens(Kernel<T> kernel, const KernelArgs<T>& a, std::int64_t t0, std::
   }
 }
 
-// body(begin, end) over [0, n), on the caller's threads if it supplied a ParallelFor.
+// Bytes a call moves per token (vectors read + written, q and k): what for_token_ranges weighs.
+template <class T>
+std::int64_t token_bytes(const KernelArgs<T>& a) noexcept {
+  return (a.q.heads + a.k.heads) * a.head_dim * 2 * static_cast<std::int64_t>(sizeof(T));
+}
+
+// With at least this many minimum-size parts of work, the ParallelFor gets the tokens themselves
+// and splits them its own way (an engine's pool may balance finer than equal ranges); pools are
+// rarely wider, so each thread still gets about kMinParallelBytes or more.
+constexpr std::int64_t kTokenSplitParts = 32;
+
+// body(begin, end) over [0, n), on the caller's threads if it supplied a ParallelFor and the call
+// is worth splitting: each part must move at least kMinParallelBytes (parallel.hpp), since waking a
+// thread costs more than a few tokens take. Too little for two parts runs on the caller alone; a
+// few parts' worth calls `parallel` over that many chunks (contiguous token ranges of at least the
+// minimum each), so a wider pool leaves its extra threads idle instead of splitting finer; more
+// (kTokenSplitParts) hands it the n tokens. The split never changes the bits: kernels go per token.
 template <class Body>
-void for_token_ranges(std::int64_t n, const ParallelFor& parallel, const Body& body) {
-  if (!parallel || n < 2) {
+void for_token_ranges(std::int64_t n, std::int64_t bytes_per_token, const ParallelFor& parallel, const Body& body) {
+  const std::int64_t min_bytes = min_parallel_bytes_state().load(std::memory_order_relaxed);
+  const std::int64_t per_token = std::max<std::int64_t>(bytes_per_token, 1);
+  const std::int64_t min_tokens = std::max<std::int64_t>((min_bytes + per_token - 1) / per_token, 1);
+  const std::int64_t parts = n / min_tokens;
+  if (!parallel || n < 2 || parts < 2) {
     body(std::int64_t{0}, n);
-  } else {
+  } else if (parts >= kTokenSplitParts || parts >= n) {
     parallel(n, body);
+  } else {
+    parallel(parts, [n, parts, &body](std::int64_t first, std::int64_t last) {
+      body(split_bound(n, parts, first), split_bound(n, parts, last));
+    });
   }
 }
 
@@ -222,7 +246,7 @@ void run(const Source& src, KernelArgs<T> a, const ParallelFor& parallel) {
   const Kernel<T> kernel = select_kernel<T>();
   if constexpr (Source::kTable) {
     a.rows = src.rows();
-    for_token_ranges(a.tokens, parallel,
+    for_token_ranges(a.tokens, token_bytes(a), parallel,
                      [&a, kernel](std::int64_t begin, std::int64_t end) { run_tokens(kernel, a, begin, end); });
   } else {
     const bool split = a.k.heads > 0 && src.separate_key_rows();
@@ -254,7 +278,7 @@ void run(const Source& src, KernelArgs<T> a, const ParallelFor& parallel) {
         }
       }
     };
-    for_token_ranges(a.tokens, parallel, blocks);
+    for_token_ranges(a.tokens, token_bytes(a), parallel, blocks);
   }
 }
 
