@@ -79,3 +79,4 @@ echo "  throughput.svg  GB/s against tokens, dispatch and memcpy per dtype and p
 echo "  bench.json      Google Benchmark JSON of the main run (context: rotary_cpu*, rotary_build)"
 echo "  bench-native.json  the same for the -march=native run"
 echo "  bench.log       raw Google Benchmark output and the full tables of both runs"
+echo "  key_ratios.txt  the default build's dispatch and memcpy at the key shape (the comparison's input)"
