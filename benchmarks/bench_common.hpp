@@ -2,7 +2,7 @@
 // memcpy of the same bytes (the ceiling of a memory-bound operation; DESIGN.md §5). One executable,
 // built from:
 //   bench_common.hpp/.cpp  what the rest shares: shapes, dtypes, buffers, the registry of cases
-//                          (CaseInfo), the timed loop (run_prepared), the thread pool
+//                          (CaseInfo), the timed loop (run_prepared), the thread pools
 //   kernels.cpp            apply/<pairing>/<dtype>/<impl>/tokens:<T>/heads:<H>/head_dim:<D>: every
 //                          kernel, per ISA, dispatch, the user's alternatives and memcpy
 //   layouts.cpp            apply/<pairing>/<dtype>/<impl>/<layout>/.../threads:<N>: batch layouts,
@@ -17,18 +17,14 @@
 #include <benchmark/benchmark.h>
 
 #include <array>
-#include <atomic>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <new>
 #include <random>
 #include <string>
-#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -72,13 +68,14 @@ struct Shape {
 constexpr Shape kDecodeShape = {1, 32, 128, 0};   // decode: one token, 32 heads x 128 (Llama-style)
 constexpr Shape kKeyShape = {512, 32, 128, 0};    // prefill (L3-resident in f32: 16 MiB moved); the key
                                                   // ratios and run.sh's -march=native comparison
+constexpr Shape kShortShape = {16, 32, 128, 0};   // short prefill (512 KiB moved in f32)
 constexpr Shape kDramShape = {8192, 32, 128, 0};  // longer prefill (DRAM)
 constexpr Shape kGqaShape = {512, 40, 128, 8};    // GQA prefill, fused: 32 query + 8 key heads
 
 // Real model shapes, working sets from L1 (decode) to DRAM (long prefill). Extending: one line.
 constexpr Shape kShapes[] = {
     kDecodeShape,
-    {16, 32, 128, 0},    // short prefill
+    kShortShape,
     kKeyShape,
     {4096, 32, 128, 0},  // long prefill (DRAM)
     kDramShape,
@@ -291,38 +288,8 @@ void register_layout_cases();
 
 // ---- threads --------------------------------------------------------------------------------
 
-// A fixed set of workers; run(body) calls body(i) for i in [0, size()) concurrently, i = 0 on the
-// caller, and returns when all have returned. Workers spin on the generation for a while after each
-// job (back-to-back benchmark iterations), then sleep (so a pool left idle costs the single-thread
-// cases nothing).
-class Pool {
- public:
-  explicit Pool(int threads);
-  ~Pool();
-  Pool(const Pool&) = delete;
-  Pool& operator=(const Pool&) = delete;
-
-  int size() const { return size_; }
-
-  void run(const std::function<void(int)>& body);
-
-  // The pool as the hook rotary's entry points take: [0, n) in size() nearly equal ranges.
-  rotary::ParallelFor parallel_for();
-
- private:
-  void work(int id);
-
-  int size_;
-  std::vector<std::thread> workers_;
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  std::atomic<std::uint64_t> generation_{0};
-  std::atomic<int> pending_{0};
-  std::atomic<bool> stop_{false};
-  const std::function<void(int)>* job_ = nullptr;
-};
-
-// One persistent pool per thread count; nullptr for 1 thread (no ParallelFor at all).
-Pool* pool_for(int threads);
+// One persistent rotary::ThreadPool per thread count (the caller and threads - 1 workers, started on
+// first use); nullptr for 1 thread (no ParallelFor at all).
+rotary::ThreadPool* pool_for(int threads);
 
 }  // namespace rotary_bench

@@ -13,14 +13,17 @@
 //           qkv   bshd where q and k are slices of one fused QKV projection output
 //                 [batch, seq, 32 + 2*8 heads, head_dim] (v untouched; out of place into another
 //                 such buffer): rotary::apply_qk_batch on the strided views
-// Threads: a persistent pool of N-1 workers plus the caller (Pool, bench_common.hpp), passed as the
-// rotary::ParallelFor (rotary starts no threads); idle workers sleep. threads:1 passes no
+// Threads: a persistent rotary::ThreadPool of N-1 workers plus the caller (pool_for,
+// bench_common.hpp), passed as the rotary::ParallelFor; idle workers sleep. threads:1 passes no
 // ParallelFor at all and is timed, like the kernel table, by the CPU time of the calling thread;
 // threads:N > 1 by wall time (Google Benchmark's UseRealTime, which appends /real_time to the names
 // it prints), so a worker descheduled by another process shows as lost throughput instead of
 // hiding behind the caller's CPU time. On a loaded machine the threaded ratios are meaningless: run
 // them on a quiet one. Every impl's ratio is to the flat memcpy of the same dtype, shape and thread
-// count in this run.
+// count in this run (none for the rows-only shapes below).
+// Thread scaling: dispatch/rows of 32 heads x 128 at 1, 16, 512 and 8192 tokens (decode to DRAM
+// prefill), 1 and 2 threads: rotary's minimum work per thread (kMinParallelBytes) must keep 2 threads
+// at least as fast as 1 at every size; targets.hpp compares them.
 #include <Eigen/Core>
 #include <cstddef>
 #include <cstring>
@@ -77,7 +80,7 @@ template <class T>
 Runner prepare_batch(const BatchCase& c, const rotary::Rope<T>& rope, const T* in, T* out) {
   const Shape s = c.shape;
   const std::int64_t d = s.head_dim;
-  Pool* pool = pool_for(c.threads);
+  rotary::ThreadPool* pool = pool_for(c.threads);
   const rotary::ParallelFor parallel = pool != nullptr ? pool->parallel_for() : rotary::ParallelFor();
   constexpr rotary::Direction fwd = rotary::Direction::forward;
   const rotary::Rope<T>* r = &rope;
@@ -87,12 +90,13 @@ Runner prepare_batch(const BatchCase& c, const rotary::Rope<T>& rope, const T* i
       return [in, out, bytes] { std::memcpy(static_cast<void*>(out), static_cast<const void*>(in), bytes); };
     return [pool, in, out, bytes] {
       const auto parts = static_cast<std::size_t>(pool->size());
-      pool->run([=](int i) {
-        const auto u = static_cast<std::size_t>(i);
-        const std::size_t lo = bytes / parts * u / 64 * 64;  // cache-line aligned slices
-        const std::size_t hi = u + 1 == parts ? bytes : bytes / parts * (u + 1) / 64 * 64;
-        std::memcpy(reinterpret_cast<unsigned char*>(out) + lo, reinterpret_cast<const unsigned char*>(in) + lo,
-                    hi - lo);
+      (*pool)(static_cast<std::int64_t>(parts), [=](std::int64_t first, std::int64_t last) {  // one slice each
+        for (auto u = static_cast<std::size_t>(first); u < static_cast<std::size_t>(last); ++u) {
+          const std::size_t lo = bytes / parts * u / 64 * 64;  // cache-line aligned slices
+          const std::size_t hi = u + 1 == parts ? bytes : bytes / parts * (u + 1) / 64 * 64;
+          std::memcpy(reinterpret_cast<unsigned char*>(out) + lo, reinterpret_cast<const unsigned char*>(in) + lo,
+                      hi - lo);
+        }
       });
     };
   }
@@ -151,8 +155,12 @@ Runner prepare_batch(const BatchCase& c, const rotary::Rope<T>& rope, const T* i
   };
 }
 
-// The batch cases: fused GQA prefill in every layout at 1 and 2 threads, and the single-tensor
-// DRAM shape (8192 tokens) at 1 and 2 threads.
+// The single-tensor rows of the thread scaling rows (32 heads x 128): decode, short prefill, L3 and
+// DRAM prefill. The last is kDramShape, which also has a flat memcpy.
+constexpr Shape kThreadShapes[] = {kDecodeShape, kShortShape, kKeyShape, kDramShape};
+
+// The batch cases: fused GQA prefill in every layout at 1 and 2 threads, the single-tensor DRAM
+// shape's memcpy and the thread scaling rows at 1 and 2 threads.
 std::vector<BatchCase> batch_cases() {
   std::vector<BatchCase> v;
   for (const int threads : {1, 2}) {
@@ -160,7 +168,7 @@ std::vector<BatchCase> batch_cases() {
                                 BatchLayout::sbhd, BatchLayout::thd, BatchLayout::qkv})
       v.push_back({l, kGqaShape, threads});
     v.push_back({BatchLayout::flat, kDramShape, threads});
-    v.push_back({BatchLayout::rows, kDramShape, threads});
+    for (const Shape& s : kThreadShapes) v.push_back({BatchLayout::rows, s, threads});
   }
   return v;
 }

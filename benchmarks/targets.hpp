@@ -59,6 +59,19 @@ inline constexpr Target kTargets[] = {
      0.85},
     {{"f32"}, kDramShape, "8192 tok 2 threads", {"dispatch", "rows", 2}, {"memcpy", "flat", 2}, Measure::speed,
      0.85},
+    // threads (issue 16): 2 threads against 1 on the same rows (32 heads x 128). Never slower, down to
+    // one token (rotary's minimum work per thread keeps small calls on the caller); close to twice
+    // as fast once a call moves megabytes. Both sides in the layout table; the base is threads:1.
+    // One token never reaches the pool, so both sides run the same code and the ratio is 1 up to
+    // noise: 0.95 there, or the row would fail every other run.
+    {{"f32"}, kDecodeShape, "1 tok 2 vs 1 thr", {"dispatch", "rows", 2}, {"dispatch", "rows", 1}, Measure::speed,
+     0.95},
+    {{"f32", "f16", "bf16"}, kShortShape, "16 tok 2 vs 1 thr", {"dispatch", "rows", 2}, {"dispatch", "rows", 1},
+     Measure::speed, 1.0},
+    {{"f32", "f16", "bf16"}, kKeyShape, "512 tok 2 vs 1 thr", {"dispatch", "rows", 2}, {"dispatch", "rows", 1},
+     Measure::speed, 1.6},
+    {{"f32"}, kDramShape, "8192 tok 2 vs 1 thr", {"dispatch", "rows", 2}, {"dispatch", "rows", 1}, Measure::speed,
+     1.6},
 };
 
 // --rotary_compare_with (benchmarks/run.sh): the default build's dispatch/memcpy at kKeyShape, per
