@@ -42,7 +42,7 @@ using ParallelFor =
 
 // The least bytes (vectors read + written) a call gives each thread: below 2 x this, a call runs on
 // the caller alone even with a ParallelFor; above, it is split into at most bytes / this parts.
-// Chosen from a 2-thread ThreadPool against 1 thread on rows of 32 heads x 128 (f32, f16, bf16) on a
+// Chosen from a 2-thread ThreadPool against 1 thread on rows of 32 heads x 128 (f32, bf16) on a
 // 2-vCPU AMD EPYC VM (Zen 4 class): docs/threads.md has the figures.
 inline constexpr std::int64_t kMinParallelBytes = std::int64_t{128} * 1024;
 
