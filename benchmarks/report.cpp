@@ -30,6 +30,7 @@
 #include "bench_common.hpp"
 #include "cpu_name.hpp"
 #include "decode_cases.hpp"
+#include "fusion_summary.hpp"
 #include "svg_plot.hpp"
 #include "targets.hpp"
 
@@ -822,6 +823,7 @@ int run_suite(int argc, char** argv) {
 
   register_kernel_cases();
   register_layout_cases();
+  register_fusion_cases();
 
   // Which machine and build the numbers are from, in every output format (JSON: "context").
   const CpuName& cpu = this_cpu();

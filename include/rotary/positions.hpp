@@ -55,6 +55,19 @@ class Positions {
     return (kind_ == Kind::int32 && p32_ == nullptr) || (kind_ == Kind::int64 && p64_ == nullptr);
   }
 
+  // The positions of tokens t, t + 1, ...: what a call over a sub-range starting at token t sees.
+  // Unchecked (ROTARY_ASSERT in debug builds): 0 <= t <= count() for arrays.
+  Positions skip(std::int64_t t) const noexcept {
+    ROTARY_ASSERT(t >= 0 && (kind_ == Kind::contiguous || t <= count_));
+    Positions p = *this;
+    if (t == 0) return p;
+    if (kind_ == Kind::contiguous) p.start_ += t;
+    else if (kind_ == Kind::int32) p.p32_ += t;
+    else p.p64_ += t;
+    if (kind_ != Kind::contiguous) p.count_ -= t;
+    return p;
+  }
+
   // Unchecked (ROTARY_ASSERT in debug builds): t in [0, count()) of a non-null array.
   std::int64_t operator[](std::int64_t t) const noexcept {
     ROTARY_ASSERT(t >= 0 && (kind_ == Kind::contiguous || (t < count_ && !is_null())));

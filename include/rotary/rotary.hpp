@@ -25,5 +25,7 @@
 #include "multi_axis.hpp"  // IWYU pragma: export
 #include "xpos.hpp"        // IWYU pragma: export
 #include "linear_attention.hpp" // IWYU pragma: export
+#include "kv_cache.hpp"    // IWYU pragma: export
+#include "fusion.hpp"      // IWYU pragma: export
 
 #endif  // ROTARY_ROTARY_HPP

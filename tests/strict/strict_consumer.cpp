@@ -212,6 +212,41 @@ bool compat_identity() {
   return true;
 }
 
+// The fused prologues (fusion.hpp) for every cache element type: at position 0 RoPE is the identity,
+// so k lands in a cache of its own type unchanged.
+template <class T>
+bool fusion_identity() {
+  constexpr std::int64_t kD = 8;
+  const rotary::Rope<T> rope(rotary::RotarySpec(kD), 16);
+  std::vector<T> q(2 * kD), k(kD), v(kD), qkv(4 * kD), mla_q(2 * (4 + kD)), kv(8 + kD);
+  for (std::size_t i = 0; i < k.size(); ++i) k[i] = T(static_cast<float>(i) * 0.5f);
+  for (auto* b : {&q, &v, &qkv, &mla_q, &kv})
+    for (std::size_t i = 0; i < b->size(); ++i) (*b)[i] = T(static_cast<float>(i) * 0.125f);
+  const std::vector<std::int64_t> slots{3};
+  std::vector<T> kc(2 * 4 * kD), vc(kc.size());
+  rotary::rope_kv_write(rope, q.data(), rotary::StridedLayout{1, 2, 2 * kD, kD}, k.data(),
+                        rotary::StridedLayout{1, 1, kD, kD}, v.data(), rotary::StridedLayout{1, 1, kD, kD},
+                        rotary::Positions::contiguous(0), rotary::Slots(slots),
+                        rotary::KvCacheView<T>::paged(kc.data(), 2, 4, 1, kD),
+                        rotary::KvCacheView<T>::paged(vc.data(), 2, 4, 1, kD));
+  std::vector<std::int8_t> k8(kc.size()), v8(kc.size());
+  std::vector<float> k8s(8), v8s(8);
+  const std::vector<T> w(kD, T(1.0f));
+  const rotary::QkNorm<T> norm{w.data(), w.data(), 1e-6f, rotary::NormWeight::unit_offset};
+  rotary::qkv_split_rope(rope, qkv.data(), 1, 2, 1, rotary::Positions::contiguous(0), rotary::Slots(slots),
+                         rotary::KvCacheView<std::int8_t>::paged(k8.data(), 2, 4, 1, kD, k8s.data()),
+                         rotary::KvCacheView<std::int8_t>::paged(v8.data(), 2, 4, 1, kD, v8s.data()), &norm);
+  std::vector<rotary::fp8_e4m3> f8(2 * 4 * (8 + kD));
+  float scale = 0.5f;
+  rotary::mla_rope(rope, mla_q.data(), rotary::MlaQuery{1, 2, 4}, kv.data() + 8, 0, kv.data(), 0,
+                   rotary::Positions::contiguous(0), rotary::Slots(slots),
+                   rotary::KvCacheView<rotary::fp8_e4m3>::paged(f8.data(), 2, 4, 1, 8 + kD, &scale), false);
+  for (std::int64_t i = 0; i < kD; ++i)
+    if (!(static_cast<float>(kc[static_cast<std::size_t>(3 * kD + i)]) == static_cast<float>(k[static_cast<std::size_t>(i)])))
+      return false;
+  return k8s[3] > 0.0f;
+}
+
 }  // namespace
 
 int main() {
@@ -232,6 +267,10 @@ int main() {
     if (!(analysis_and_weights() > 0.0)) ++failures;
     if (!compat_identity<float>() || !compat_identity<Eigen::half>() || !compat_identity<Eigen::bfloat16>()) {
       std::printf("compat_identity: the identity table changed a value\n");
+      ++failures;
+    }
+    if (!fusion_identity<float>() || !fusion_identity<Eigen::half>() || !fusion_identity<Eigen::bfloat16>()) {
+      std::printf("fusion_identity: a fused call at position 0 changed k\n");
       ++failures;
     }
     return failures == 0 ? 0 : 1;

@@ -55,6 +55,14 @@ struct F32 {
     return _mm_cmpgt_epi32(_mm_set1_epi32(n), _mm_setr_epi32(0, 1, 2, 3));
   }
   static ROTARY_AVX2_INLINE V load(const T* p) noexcept { return _mm256_loadu_ps(p); }
+  static ROTARY_AVX2_INLINE V set1(C v) noexcept { return _mm256_set1_ps(v); }
+  static ROTARY_AVX2_INLINE V add(V a, V b) noexcept { return _mm256_add_ps(a, b); }
+  // The lanes' sum by halving: lane i + lane i + 4, then + 2, then + 1 (simd_body.hpp's norm order).
+  static ROTARY_AVX2_INLINE C reduce(V v) noexcept {
+    const __m128 h4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    const __m128 h2 = _mm_add_ps(h4, _mm_movehl_ps(h4, h4));
+    return _mm_cvtss_f32(_mm_add_ss(h2, _mm_shuffle_ps(h2, h2, 1)));
+  }
   static ROTARY_AVX2_INLINE V load(const T* p, Mask m) noexcept { return _mm256_maskload_ps(p, m); }
   static ROTARY_AVX2_INLINE void store(T* p, V v) noexcept { _mm256_storeu_ps(p, v); }
   static ROTARY_AVX2_INLINE void store(T* p, Mask m, V v) noexcept { _mm256_maskstore_ps(p, m, v); }
@@ -95,6 +103,12 @@ struct F64 {
     return _mm_cmpgt_epi64(_mm_set1_epi64x(n), _mm_set_epi64x(1, 0));
   }
   static ROTARY_AVX2_INLINE V load(const T* p) noexcept { return _mm256_loadu_pd(p); }
+  static ROTARY_AVX2_INLINE V set1(C v) noexcept { return _mm256_set1_pd(v); }
+  static ROTARY_AVX2_INLINE V add(V a, V b) noexcept { return _mm256_add_pd(a, b); }
+  static ROTARY_AVX2_INLINE C reduce(V v) noexcept {  // lane i + lane i + 2, then + 1
+    const __m128d h2 = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(h2, _mm_unpackhi_pd(h2, h2)));
+  }
   static ROTARY_AVX2_INLINE V load(const T* p, Mask m) noexcept { return _mm256_maskload_pd(p, m); }
   static ROTARY_AVX2_INLINE void store(T* p, V v) noexcept { _mm256_storeu_pd(p, v); }
   static ROTARY_AVX2_INLINE void store(T* p, Mask m, V v) noexcept { _mm256_maskstore_pd(p, m, v); }

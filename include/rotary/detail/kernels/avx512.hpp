@@ -54,6 +54,16 @@ struct F32 {
     return static_cast<HalfMask>((1u << n) - 1u);
   }
   static ROTARY_AVX512_INLINE V load(const T* p) noexcept { return _mm512_loadu_ps(p); }
+  static ROTARY_AVX512_INLINE V set1(C v) noexcept { return _mm512_set1_ps(v); }
+  static ROTARY_AVX512_INLINE V add(V a, V b) noexcept { return _mm512_add_ps(a, b); }
+  // The lanes' sum by halving: lane i + lane i + 8, then + 4, + 2, + 1 (simd_body.hpp's norm order).
+  // Masked extracts for both halves: g++ 12's unmasked forms trip -Wmaybe-uninitialized.
+  static ROTARY_AVX512_INLINE C reduce(V v) noexcept {
+    const __m256 h8 = _mm256_add_ps(_mm512_maskz_extractf32x8_ps(0xff, v, 0), _mm512_maskz_extractf32x8_ps(0xff, v, 1));
+    const __m128 h4 = _mm_add_ps(_mm256_castps256_ps128(h8), _mm256_extractf128_ps(h8, 1));
+    const __m128 h2 = _mm_add_ps(h4, _mm_movehl_ps(h4, h4));
+    return _mm_cvtss_f32(_mm_add_ss(h2, _mm_shuffle_ps(h2, h2, 1)));
+  }
   static ROTARY_AVX512_INLINE V load(const T* p, Mask m) noexcept { return _mm512_maskz_loadu_ps(m, p); }
   static ROTARY_AVX512_INLINE void store(T* p, V v) noexcept { _mm512_storeu_ps(p, v); }
   static ROTARY_AVX512_INLINE void store(T* p, Mask m, V v) noexcept { _mm512_mask_storeu_ps(p, m, v); }
@@ -96,6 +106,13 @@ struct F64 {
     return static_cast<HalfMask>((1u << n) - 1u);
   }
   static ROTARY_AVX512_INLINE V load(const T* p) noexcept { return _mm512_loadu_pd(p); }
+  static ROTARY_AVX512_INLINE V set1(C v) noexcept { return _mm512_set1_pd(v); }
+  static ROTARY_AVX512_INLINE V add(V a, V b) noexcept { return _mm512_add_pd(a, b); }
+  static ROTARY_AVX512_INLINE C reduce(V v) noexcept {  // lane i + lane i + 4, then + 2, + 1
+    const __m256d h4 = _mm256_add_pd(_mm512_maskz_extractf64x4_pd(0xf, v, 0), _mm512_maskz_extractf64x4_pd(0xf, v, 1));
+    const __m128d h2 = _mm_add_pd(_mm256_castpd256_pd128(h4), _mm256_extractf128_pd(h4, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(h2, _mm_unpackhi_pd(h2, h2)));
+  }
   static ROTARY_AVX512_INLINE V load(const T* p, Mask m) noexcept { return _mm512_maskz_loadu_pd(m, p); }
   static ROTARY_AVX512_INLINE void store(T* p, V v) noexcept { _mm512_storeu_pd(p, v); }
   static ROTARY_AVX512_INLINE void store(T* p, Mask m, V v) noexcept { _mm512_mask_storeu_pd(p, m, v); }

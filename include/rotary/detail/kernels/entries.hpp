@@ -35,20 +35,27 @@ namespace rotary::detail {
 
 // Each kernel runs tokens [t0, t1) of a call (contract: scalar::rotate_tokens). Templates over the
 // storage type T (f32, f64, f16, bf16); the instances are ROTARY_DETAIL_KERNEL_INSTANCES (registry.hpp).
+// norm_rows: per-head RMSNorm rows (NormArgs; contract: scalar::norm_rows).
 namespace scalar {
 template <class T>
 void rotate_tokens(const KernelArgs<T>& a, std::int64_t t0, std::int64_t t1) noexcept;
+template <class T>
+void norm_rows(const NormArgs<T>& a) noexcept;
 }  // namespace scalar
 
 #if ROTARY_X86_KERNELS
 namespace avx2 {
 template <class T>
 void rotate_tokens(const KernelArgs<T>& a, std::int64_t t0, std::int64_t t1) noexcept;
+template <class T>
+void norm_rows(const NormArgs<T>& a) noexcept;
 }  // namespace avx2
 
 namespace avx512 {
 template <class T>
 void rotate_tokens(const KernelArgs<T>& a, std::int64_t t0, std::int64_t t1) noexcept;
+template <class T>
+void norm_rows(const NormArgs<T>& a) noexcept;
 
 // bf16 with the integer rounding (the same as rotate_tokens<bf16>): every CPU with the avx512 set.
 ROTARY_DETAIL_KERNEL_LINKAGE void rotate_tokens_bf16_integer(const KernelArgs<bf16>& a, std::int64_t t0,
@@ -72,6 +79,8 @@ inline bool bf16_hardware_rounding() noexcept { return ROTARY_AVX512_BF16_KERNEL
 namespace neon {
 template <class T>
 void rotate_tokens(const KernelArgs<T>& a, std::int64_t t0, std::int64_t t1) noexcept;
+template <class T>
+void norm_rows(const NormArgs<T>& a) noexcept;
 }  // namespace neon
 #endif
 

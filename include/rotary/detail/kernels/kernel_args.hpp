@@ -4,6 +4,7 @@
 
 #include "../guard.hpp"
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
@@ -12,6 +13,7 @@
 #include "../../dtype.hpp"
 #include "../../positions.hpp"
 #include "../../types.hpp"
+#include "../fp.hpp"
 
 namespace rotary::detail {
 
@@ -79,6 +81,13 @@ struct RowSource {
     return s;
   }
 
+  // The rows of tokens t, t + 1, ... as tokens 0, 1, ...: a kernel call over a sub-range.
+  RowSource skip(std::int64_t t) const noexcept {
+    RowSource s = *this;
+    s.positions = positions.skip(t);
+    return s;
+  }
+
   CosSin<C> row(std::int64_t t) const noexcept {
     const std::int64_t p = positions[t];
     const std::int64_t r = listed != nullptr ? listed->row_index(p) : p - first;
@@ -120,6 +129,47 @@ struct Rows {
     return h < q.heads ? q.out_row(t, h) : k.out_row(t, h - q.heads);
   }
 };
+
+// ---- per-head RMSNorm (fusion.hpp) ----------------------------------------------------------------
+
+// Rows r in [0, rows) of n values: y = x * factor * weight, factor = 1 / sqrt(mean(x^2) + eps).
+// weight: n compute-type values (the caller's w, or 1 + w, prepared once per call), or null.
+template <class T>
+struct NormArgs {
+  const T* in = nullptr;
+  std::ptrdiff_t in_stride = 0;  // row r at in + r * in_stride
+  T* out = nullptr;              // may be in (same stride)
+  std::ptrdiff_t out_stride = 0;
+  std::int64_t rows = 0;
+  std::int64_t n = 0;
+  const compute_t<T>* weight = nullptr;
+  double eps = 0.0;
+  double inv_n = 0.0;  // 1 / n (strict_div), set with n
+};
+
+// The sum of squares has one fixed order on every ISA: element i goes to accumulator i % 16 with a
+// fused multiply-add (each accumulator in element order), then the 16 are added by halving (i with
+// i + 8, then + 4, + 2, + 1). SIMD kernels hold the accumulators in 16 / L vectors, add whole
+// vectors while more than one is left, then halve within the last (the lane ops' reduce).
+constexpr int kNormAccumulators = 16;
+
+// The 16 accumulators' sum in that order.
+template <class C>
+inline C reduce_accumulators(const C* acc) noexcept {
+  C s[kNormAccumulators];
+  for (int i = 0; i < kNormAccumulators; ++i) s[i] = acc[i];
+  for (int w = kNormAccumulators / 2; w >= 1; w /= 2)
+    for (int i = 0; i < w; ++i) s[i] = s[i] + s[i + w];
+  return s[0];
+}
+
+// factor = 1 / sqrt(sum * (1 / n) + eps), in double (1 / n computed once per call: inv_n), rounded
+// once to the compute type C. The divisions go through strict_div, so value-unsafe flags cannot
+// swap them for reciprocal approximations that would differ between ISAs.
+template <class C>
+inline C norm_factor(C sum, double inv_n, double eps) noexcept {
+  return static_cast<C>(strict_div(1.0, std::sqrt(static_cast<double>(sum) * inv_n + eps)));
+}
 
 }  // namespace rotary::detail
 

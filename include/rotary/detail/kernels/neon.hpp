@@ -58,6 +58,13 @@ struct MathF32 {
   static constexpr bool kInterleavedPairs = true;  // interleaved rows: vld2/vst2
   static constexpr bool packed_pairs = false;
   static ROTARY_ALWAYS_INLINE V load(const C* p) noexcept { return vld1q_f32(p); }
+  static ROTARY_ALWAYS_INLINE V set1(C v) noexcept { return vdupq_n_f32(v); }
+  static ROTARY_ALWAYS_INLINE V add(V a, V b) noexcept { return vaddq_f32(a, b); }
+  // The lanes' sum by halving: lane i + lane i + 2, then + 1 (simd_body.hpp's norm order).
+  static ROTARY_ALWAYS_INLINE C reduce(V v) noexcept {
+    const float32x2_t h2 = vadd_f32(vget_low_f32(v), vget_high_f32(v));
+    return vget_lane_f32(h2, 0) + vget_lane_f32(h2, 1);
+  }
   static ROTARY_ALWAYS_INLINE Bits sign(bool negative) noexcept { return vdupq_n_u32(negative ? 0x80000000u : 0u); }
   static ROTARY_ALWAYS_INLINE V flip(V v, Bits sign_bits) noexcept {
     return vreinterpretq_f32_u32(veorq_u32(vreinterpretq_u32_f32(v), sign_bits));
@@ -78,6 +85,9 @@ struct MathF64 {
   static constexpr bool kInterleavedPairs = true;
   static constexpr bool packed_pairs = false;
   static ROTARY_ALWAYS_INLINE V load(const C* p) noexcept { return vld1q_f64(p); }
+  static ROTARY_ALWAYS_INLINE V set1(C v) noexcept { return vdupq_n_f64(v); }
+  static ROTARY_ALWAYS_INLINE V add(V a, V b) noexcept { return vaddq_f64(a, b); }
+  static ROTARY_ALWAYS_INLINE C reduce(V v) noexcept { return vgetq_lane_f64(v, 0) + vgetq_lane_f64(v, 1); }
   static ROTARY_ALWAYS_INLINE Bits sign(bool negative) noexcept {
     return vdupq_n_u64(negative ? 0x8000000000000000ull : 0ull);
   }

@@ -54,6 +54,31 @@ constexpr Kernel<T> kernel_for(Isa isa) noexcept {
   }
 }
 
+// Per-head RMSNorm rows (NormArgs); every ISA's gives scalar::norm_rows' bits.
+template <class T>
+using NormKernel = void (*)(const NormArgs<T>&) noexcept;
+
+template <class T>
+constexpr NormKernel<T> norm_kernel_for(Isa isa) noexcept {
+  static_assert(is_storage_type_v<T>, "f32, f64, f16 or bf16");
+  switch (isa) {
+    case Isa::scalar:
+      return &scalar::norm_rows<T>;
+#if ROTARY_X86_KERNELS
+    case Isa::avx2:
+      return &avx2::norm_rows<T>;
+    case Isa::avx512:
+      return &avx512::norm_rows<T>;
+#endif
+#if ROTARY_NEON_KERNELS
+    case Isa::neon:
+      return &neon::norm_rows<T>;
+#endif
+    default:
+      return nullptr;
+  }
+}
+
 // A kernel a test or benchmark can run: its name ("avx512", "avx512.bf16_integer", ...), ISA and
 // whether this build and CPU run it.
 template <class T>
@@ -94,20 +119,26 @@ std::vector<KernelVariant<T>> kernel_variants() {
 // for its users). That TU also defines the plain-function entry points (avx512's bf16 variants).
 // NOLINTBEGIN(bugprone-macro-parentheses): T is a type, KW a keyword
 #define ROTARY_DETAIL_KERNEL_SIGNATURE(T) (const KernelArgs<T>&, std::int64_t, std::int64_t) noexcept
+#define ROTARY_DETAIL_NORM_SIGNATURE(T) (const NormArgs<T>&) noexcept
 #if ROTARY_X86_KERNELS
 #define ROTARY_DETAIL_X86_INSTANCES(KW, T)                                  \
   KW void avx2::rotate_tokens<T> ROTARY_DETAIL_KERNEL_SIGNATURE(T); \
-  KW void avx512::rotate_tokens<T> ROTARY_DETAIL_KERNEL_SIGNATURE(T);
+  KW void avx512::rotate_tokens<T> ROTARY_DETAIL_KERNEL_SIGNATURE(T); \
+  KW void avx2::norm_rows<T> ROTARY_DETAIL_NORM_SIGNATURE(T);       \
+  KW void avx512::norm_rows<T> ROTARY_DETAIL_NORM_SIGNATURE(T);
 #else
 #define ROTARY_DETAIL_X86_INSTANCES(KW, T)
 #endif
 #if ROTARY_NEON_KERNELS
-#define ROTARY_DETAIL_NEON_INSTANCE(KW, T) KW void neon::rotate_tokens<T> ROTARY_DETAIL_KERNEL_SIGNATURE(T);
+#define ROTARY_DETAIL_NEON_INSTANCE(KW, T)                         \
+  KW void neon::rotate_tokens<T> ROTARY_DETAIL_KERNEL_SIGNATURE(T); \
+  KW void neon::norm_rows<T> ROTARY_DETAIL_NORM_SIGNATURE(T);
 #else
 #define ROTARY_DETAIL_NEON_INSTANCE(KW, T)
 #endif
 #define ROTARY_DETAIL_TYPE_INSTANCES(KW, T)                            \
   KW void scalar::rotate_tokens<T> ROTARY_DETAIL_KERNEL_SIGNATURE(T); \
+  KW void scalar::norm_rows<T> ROTARY_DETAIL_NORM_SIGNATURE(T);       \
   ROTARY_DETAIL_X86_INSTANCES(KW, T)                                  \
   ROTARY_DETAIL_NEON_INSTANCE(KW, T)
 #define ROTARY_DETAIL_KERNEL_INSTANCES(KW)    \

@@ -73,6 +73,28 @@ void rotate_tokens(const KernelArgs<T>& a, std::int64_t t0, std::int64_t t1) noe
   }
 }
 
+// Per-head RMSNorm rows (NormArgs): the accumulation order of kNormAccumulators, then
+// y = round_T((x * factor) * weight). Not `inline`, like rotate_tokens.
+template <class T>
+void norm_rows(const NormArgs<T>& a) noexcept {
+  using C = compute_t<T>;
+  for (std::int64_t r = 0; r < a.rows; ++r) {
+    const T* x = a.in + r * a.in_stride;
+    T* y = a.out + r * a.out_stride;
+    C acc[kNormAccumulators] = {};
+    for (std::int64_t i = 0; i < a.n; ++i) {
+      const C v = to_compute(x[i]);
+      acc[i % kNormAccumulators] = fused_multiply_add(v, v, acc[i % kNormAccumulators]);
+    }
+    const C f = norm_factor(reduce_accumulators(acc), a.inv_n, a.eps);
+    for (std::int64_t i = 0; i < a.n; ++i) {
+      C v = to_compute(x[i]) * f;
+      if (a.weight != nullptr) v = v * a.weight[i];
+      y[i] = from_compute<T>(v);
+    }
+  }
+}
+
 }  // namespace rotary::detail::scalar
 
 #endif  // ROTARY_DETAIL_KERNELS_SCALAR_HPP

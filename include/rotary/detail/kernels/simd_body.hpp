@@ -16,7 +16,8 @@
 //   T (storage), C (cos/sin and arithmetic), V, L (lanes), kMasked (masked tails exist),
 //   kInterleavedPairs (interleaved rows via load2/store2 rather than duplicated cos/sin),
 //   packed_pairs (try the load2 policies first while the row fits in registers),
-//   load/store of T and load of C (plain, and with a Mask of n lanes when kMasked), mask(n),
+//   load/store of T and load of C (plain, and with a Mask of n lanes when kMasked), mask(n), set1(c)
+//   (F32 and F64: every lane c),
 //   sign(negative) / flip(v, sign) (an exact negation), mul, fmadd(a, b, c) = a*b + c and
 //   fmsub(a, b, c) = a*b - c each with one rounding; for the duplicated-cos/sin interleaved policy
 //   load_dup, half_mask, fmaddsub, swap_pairs; for the pair policies load2/store2 (L pairs split into
@@ -510,4 +511,124 @@ void rotate_tokens(const KernelArgs<T>& a, std::int64_t t0, std::int64_t t1) noe
       std::is_same_v<T, float>, F32,
       std::conditional_t<std::is_same_v<T, double>, F64, std::conditional_t<std::is_same_v<T, f16>, F16, BF16>>>;
   rotate_tokens_impl<S>(a, t0, t1);
+}
+
+// ---- per-head RMSNorm ----------------------------------------------------------------------------
+
+// Per-head RMSNorm rows with lane ops S, scalar::norm_rows' bits: the accumulators of
+// kNormAccumulators in 16 / L vectors (lane l of vector v is accumulator v * L + l, so each sees the
+// same elements in the same order as the scalar kernel's), reduced in its order (whole vectors, then
+// S's reduce), the factor by the shared norm_factor, then (x * factor) * weight per lane, rounded
+// by S's store. CS: the lane ops of C vectors (loads, set1, add, reduce).
+template <class S>
+using NormLanes = std::conditional_t<std::is_same_v<typename S::C, double>, F64, F32>;
+
+template <class S>
+ROTARY_KERNEL_INLINE typename S::C reduce_vectors(typename S::V* acc) noexcept {
+  using CS = NormLanes<S>;
+  constexpr int kVectors = kNormAccumulators / S::L;
+  for (int m = kVectors / 2; m >= 1; m /= 2)
+    for (int v = 0; v < m; ++v) acc[v] = CS::add(acc[v], acc[v + m]);
+  return CS::reduce(acc[0]);
+}
+
+// (x * factor) * weight of elements [j, n), L at a time, the rest by the scalar formula.
+template <class S>
+ROTARY_KERNEL_INLINE void scale_row(const typename S::T* x, typename S::T* y, const typename S::C* w,
+                                    std::int64_t j, std::int64_t n, typename S::C f) noexcept {
+  using C = typename S::C;
+  using V = typename S::V;
+  using CS = NormLanes<S>;
+  const V fv = CS::set1(f);
+  for (; j + S::L <= n; j += S::L) {
+    V v = S::mul(S::load(x + j), fv);
+    if (w != nullptr) v = S::mul(v, CS::load(w + j));
+    S::store(y + j, v);
+  }
+  for (; j < n; ++j) {
+    C v = to_compute(x[j]) * f;
+    if (w != nullptr) v = v * w[j];
+    y[j] = from_compute<typename S::T>(v);
+  }
+}
+
+// A row of exactly K vectors (K * L a multiple of 16): loaded once, kept in registers.
+template <class S, int K>
+ROTARY_KERNEL_INLINE void norm_row_registers(const typename S::T* x, typename S::T* y, const NormArgs<typename S::T>& a) noexcept {
+  using C = typename S::C;
+  using V = typename S::V;
+  using CS = NormLanes<S>;
+  constexpr int kVectors = kNormAccumulators / S::L;
+  V xv[std::size_t{K}];
+  V acc[std::size_t{kVectors}];
+  for (int v = 0; v < kVectors; ++v) acc[v] = CS::set1(C(0));
+#pragma GCC unroll 16
+  for (int k = 0; k < K; ++k) {
+    xv[k] = S::load(x + std::int64_t{k} * S::L);
+    acc[k % kVectors] = S::fmadd(xv[k], xv[k], acc[k % kVectors]);
+  }
+  const V fv = CS::set1(norm_factor(reduce_vectors<S>(acc), a.inv_n, a.eps));
+#pragma GCC unroll 16
+  for (int k = 0; k < K; ++k) {
+    V v = S::mul(xv[k], fv);
+    if (a.weight != nullptr) v = S::mul(v, CS::load(a.weight + std::int64_t{k} * S::L));
+    S::store(y + std::int64_t{k} * S::L, v);
+  }
+}
+
+// Any row: the sum over whole groups of 16, a scalar tail into the stored accumulators, then the
+// scaling pass reads the row again.
+template <class S>
+ROTARY_KERNEL_INLINE void norm_row_two_pass(const typename S::T* x, typename S::T* y,
+                                            const NormArgs<typename S::T>& a) noexcept {
+  using C = typename S::C;
+  using V = typename S::V;
+  using CS = NormLanes<S>;
+  constexpr int kVectors = kNormAccumulators / S::L;
+  V acc[std::size_t{kVectors}];
+  for (int v = 0; v < kVectors; ++v) acc[v] = CS::set1(C(0));
+  std::int64_t i = 0;
+  for (; i + kNormAccumulators <= a.n; i += kNormAccumulators)
+    for (int v = 0; v < kVectors; ++v) {
+      const V xv = S::load(x + i + v * S::L);
+      acc[v] = S::fmadd(xv, xv, acc[v]);
+    }
+  C sums[kNormAccumulators];
+  for (int v = 0; v < kVectors; ++v) CS::store(sums + v * S::L, acc[v]);
+  for (; i < a.n; ++i) {
+    const C xi = to_compute(x[i]);
+    sums[i % kNormAccumulators] = fused_multiply_add(xi, xi, sums[i % kNormAccumulators]);
+  }
+  scale_row<S>(x, y, a.weight, 0, a.n, norm_factor(reduce_accumulators(sums), a.inv_n, a.eps));
+}
+
+// Rows of the common head_dims (64, 128, 256 values: 16 vectors at most) take the register form.
+template <class S>
+ROTARY_KERNEL_TARGET void norm_rows_impl(const NormArgs<typename S::T>& a) noexcept {
+  static_assert(kNormAccumulators % S::L == 0, "16 accumulators in whole vectors");
+  constexpr int k64 = 64 / S::L;
+  constexpr int k128 = 128 / S::L;
+  constexpr int k256 = 256 / S::L;
+  for (std::int64_t r = 0; r < a.rows; ++r) {
+    const typename S::T* x = a.in + r * a.in_stride;
+    typename S::T* y = a.out + r * a.out_stride;
+    if (a.n == 64) {
+      norm_row_registers<S, k64>(x, y, a);
+    } else if (a.n == 128) {
+      norm_row_registers<S, k128>(x, y, a);
+    } else if (a.n == 256 && k256 <= 16) {
+      norm_row_registers<S, (k256 <= 16 ? k256 : 1)>(x, y, a);
+    } else {
+      norm_row_two_pass<S>(x, y, a);
+    }
+  }
+}
+
+template <class T>
+void norm_rows(const NormArgs<T>& a) noexcept {
+  static_assert(is_storage_type_v<T>, "f32, f64, f16 or bf16");
+  using S = std::conditional_t<
+      std::is_same_v<T, float>, F32,
+      std::conditional_t<std::is_same_v<T, double>, F64, std::conditional_t<std::is_same_v<T, f16>, F16, BF16>>>;
+  norm_rows_impl<S>(a);
 }

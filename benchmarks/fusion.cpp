@@ -1,0 +1,305 @@
+// rotary_bench: the fused attention prologues (fusion.hpp) against the same steps run one after
+// another through rotary's own unfused entry points, and against memcpy of the bytes the fused op
+// must move, all in the same run:
+//   fusion/<op>/<dtype>/<fused|unfused|memcpy>/tokens:T/q_heads:Q/kv_heads:K/head_dim:D
+//   fusion/mla_rope/<dtype>/<fused|unfused|memcpy>/tokens:T/heads:128/rope_dim:64/latent:512
+// ops (every call in place on q, caches paged [blocks, 16, kv, d] at consecutive slots):
+//   qk_norm_rope    q and k RMSNorm + RoPE;            unfused: rms_norm q, rms_norm k, apply_qk_strided
+//   rope_kv_write   q rotated, k rotated into the cache, v copied;
+//                                                      unfused: apply_qk_strided, write_kv_cache k, v
+//   qkv_split_rope  the same from a packed [T, (Q + 2K) * D] projection output
+//   mla_rope        DeepSeek-V3 MLA: the rope slice of 128 query heads, k_pe next to the latent
+//                                                      unfused: apply_strided q, k_pe, 2 writes
+// Shapes: Llama-3-8B (32 q / 8 kv heads x 128) and Qwen3-32B (64 q / 8 kv x 128); T in {1, 16, 512}.
+// Bytes processed, for all three rows of an op: what the fused op must read and write (q read and
+// written, k read and its cache row written, v read and written; the norm weights and cos/sin not
+// counted); memcpy copies half of that (it reads and writes each byte once). So GB/s compare
+// directly: fused / unfused is the speed-up, fused / memcpy the fraction of copy speed.
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bench_common.hpp"
+#include "fusion_summary.hpp"
+
+namespace rotary_bench {
+
+namespace {
+
+struct FusionShape {
+  std::int64_t q_heads;
+  std::int64_t kv_heads;
+  std::int64_t head_dim;
+};
+constexpr FusionShape kLlama3_8B = {32, 8, 128};
+constexpr FusionShape kQwen3_32B = {64, 8, 128};
+constexpr std::int64_t kMlaHeads = 128, kMlaNope = 128, kMlaRope = 64, kMlaLatent = 512;
+constexpr std::int64_t kBlockSize = 16;
+constexpr std::int64_t kFirstSlot = 1024;  // prefill continues a sequence: slots and positions from here
+constexpr std::int64_t kTokenCounts[] = {1, 16, 512};
+
+template <class T>
+std::vector<T> random_values(std::size_t n, std::uint32_t seed) {
+  std::vector<T> v(n);
+  fill_random(v.data(), n, seed);
+  return v;
+}
+
+// Everything one case touches, allocated (and its pages touched) before timing.
+template <class T>
+struct Setup {
+  std::int64_t tokens;
+  FusionShape s;
+  rotary::Rope<T> rope;
+  std::vector<T> q, k, v, kv, qkv, weight_q, weight_k, k_tmp;
+  std::vector<T> k_cache, v_cache;
+  std::vector<std::int64_t> slots;
+  std::vector<unsigned char> copy_from, copy_to;
+
+  Setup(std::int64_t t, const FusionShape& shape, std::int64_t rope_dim)
+      : tokens(t), s(shape), rope(rotary::RotarySpec(rope_dim, rotary::Pairing::half_split), kFirstSlot + 1024) {
+    slots.resize(static_cast<std::size_t>(t));
+    for (std::int64_t i = 0; i < t; ++i) slots[static_cast<std::size_t>(i)] = kFirstSlot + i;
+  }
+  std::int64_t cache_blocks() const { return (kFirstSlot + tokens) / kBlockSize + 1; }
+};
+
+std::map<std::string, FusionCase>& fusion_cases() {
+  static std::map<std::string, FusionCase> cases;
+  return cases;
+}
+
+std::string shape_suffix(std::int64_t tokens, const FusionShape& s) {
+  std::ostringstream os;
+  os << "tokens:" << tokens << "/q_heads:" << s.q_heads << "/kv_heads:" << s.kv_heads << "/head_dim:" << s.head_dim;
+  return os.str();
+}
+std::string mla_suffix(std::int64_t tokens) {
+  std::ostringstream os;
+  os << "tokens:" << tokens << "/heads:" << kMlaHeads << "/rope_dim:" << kMlaRope << "/latent:" << kMlaLatent;
+  return os.str();
+}
+
+// Registers name as a benchmark that builds its runner once (make()) and moves `bytes` per call.
+void add(const std::string& name, std::int64_t bytes, const std::function<Runner()>& make) {
+  static int next_id = 1 << 24;  // apart from register_case's ids
+  const int id = next_id++;
+  benchmark::RegisterBenchmark(name.c_str(), [id, bytes, make](benchmark::State& state) {
+    PreparedSlot& slot = prepared_slot();
+    if (slot.id != id) {
+      slot.run = nullptr;
+      slot.id = -1;
+      slot.run = make();
+      slot.id = id;
+    }
+    for (auto _ : state) {
+      slot.run();
+      benchmark::ClobberMemory();
+    }
+    state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * bytes);
+  })->Unit(benchmark::kMicrosecond);
+}
+
+// The memcpy row of an op: half the op's bytes, copied once.
+Runner memcpy_runner(std::int64_t bytes) {
+  auto from = std::make_shared<std::vector<unsigned char>>(static_cast<std::size_t>(bytes / 2), 1);
+  auto to = std::make_shared<std::vector<unsigned char>>(static_cast<std::size_t>(bytes / 2) + 2048, 0);
+  return [from, to] { std::memcpy(to->data() + 2048, from->data(), from->size()); };
+}
+
+template <class T>
+void register_op_cases(const char* dtype, std::int64_t tokens, const FusionShape& s) {
+  using rotary::KvCacheView;
+  using rotary::Positions;
+  using rotary::Slots;
+  using rotary::StridedLayout;
+  const std::int64_t T_ = tokens, Q = s.q_heads, K = s.kv_heads, D = s.head_dim;
+  const std::int64_t sz = static_cast<std::int64_t>(sizeof(T));
+  const std::string tail = shape_suffix(T_, s);
+  const Positions pos = Positions::contiguous(kFirstSlot);
+  const auto name = [&](const char* op, const char* variant) {
+    return std::string("fusion/") + op + "/" + dtype + "/" + variant + "/" + tail;
+  };
+  const auto record = [&](const char* op, std::int64_t bytes) {
+    fusion_cases()[std::string(op) + "/" + dtype + "/" + tail] = {op, dtype, tail, T_, bytes};
+  };
+
+  // qk_norm_rope
+  {
+    const std::int64_t bytes = 2 * (Q + K) * D * T_ * sz;
+    record("qk_norm_rope", bytes);
+    const auto make = [=](bool fused) {
+      return [=]() -> Runner {
+        auto st = std::make_shared<Setup<T>>(T_, s, D);
+        st->q = random_values<T>(static_cast<std::size_t>(T_ * Q * D), 1);
+        st->k = random_values<T>(static_cast<std::size_t>(T_ * K * D), 2);
+        st->weight_q = random_values<T>(static_cast<std::size_t>(D), 3);
+        st->weight_k = random_values<T>(static_cast<std::size_t>(D), 4);
+        const StridedLayout ql{T_, Q, Q * D, D}, kl{T_, K, K * D, D};
+        if (fused)
+          return [st, ql, kl, pos] {
+            rotary::qk_norm_rope(st->rope, st->q.data(), ql, st->k.data(), kl,
+                                 rotary::QkNorm<T>{st->weight_q.data(), st->weight_k.data(), 1e-6f}, pos);
+          };
+        return [st, ql, kl, pos, D] {
+          rotary::rms_norm(st->q.data(), ql, st->q.data(), ql, D, rotary::HeadNorm<T>::rms(st->weight_q.data(), 1e-6f));
+          rotary::rms_norm(st->k.data(), kl, st->k.data(), kl, D, rotary::HeadNorm<T>::rms(st->weight_k.data(), 1e-6f));
+          rotary::apply_qk_strided(st->rope, st->q.data(), ql, st->q.data(), ql, st->k.data(), kl, st->k.data(), kl,
+                                   pos);
+        };
+      };
+    };
+    add(name("qk_norm_rope", "fused"), bytes, make(true));
+    add(name("qk_norm_rope", "unfused"), bytes, make(false));
+    add(name("qk_norm_rope", "memcpy"), bytes, [bytes] { return memcpy_runner(bytes); });
+  }
+
+  // rope_kv_write and qkv_split_rope: the same work, separate tensors or one packed projection
+  for (const bool packed : {false, true}) {
+    const char* op = packed ? "qkv_split_rope" : "rope_kv_write";
+    const std::int64_t bytes = (2 * Q * D + 4 * K * D) * T_ * sz;
+    record(op, bytes);
+    const auto make = [=](bool fused) {
+      return [=]() -> Runner {
+        auto st = std::make_shared<Setup<T>>(T_, s, D);
+        const std::int64_t row = (Q + 2 * K) * D;
+        T* q = nullptr;
+        T* k = nullptr;
+        T* v = nullptr;
+        StridedLayout ql, kl;
+        if (packed) {
+          st->qkv = random_values<T>(static_cast<std::size_t>(T_ * row), 1);
+          q = st->qkv.data();
+          k = q + Q * D;
+          v = k + K * D;
+          ql = {T_, Q, row, D};
+          kl = {T_, K, row, D};
+        } else {
+          st->q = random_values<T>(static_cast<std::size_t>(T_ * Q * D), 1);
+          st->k = random_values<T>(static_cast<std::size_t>(T_ * K * D), 2);
+          st->v = random_values<T>(static_cast<std::size_t>(T_ * K * D), 3);
+          q = st->q.data();
+          k = st->k.data();
+          v = st->v.data();
+          ql = {T_, Q, Q * D, D};
+          kl = {T_, K, K * D, D};
+        }
+        const std::int64_t blocks = st->cache_blocks();
+        st->k_cache.assign(static_cast<std::size_t>(blocks * kBlockSize * K * D), T(0));
+        st->v_cache.assign(st->k_cache.size(), T(0));
+        const auto kc = KvCacheView<T>::paged(st->k_cache.data(), blocks, kBlockSize, K, D);
+        const auto vc = KvCacheView<T>::paged(st->v_cache.data(), blocks, kBlockSize, K, D);
+        if (fused && packed)
+          return [st, q, kc, vc, pos, Q, K] {
+            rotary::qkv_split_rope(st->rope, q, st->tokens, Q, K, pos, Slots(st->slots), kc, vc);
+          };
+        if (fused)
+          return [st, q, k, v, ql, kl, kc, vc, pos] {
+            rotary::rope_kv_write(st->rope, q, ql, k, kl, v, kl, pos, Slots(st->slots), kc, vc);
+          };
+        return [st, q, k, v, ql, kl, kc, vc, pos] {
+          rotary::apply_qk_strided(st->rope, q, ql, q, ql, k, kl, k, kl, pos);
+          rotary::write_kv_cache(k, kl, Slots(st->slots), kc);
+          rotary::write_kv_cache(v, kl, Slots(st->slots), vc);
+        };
+      };
+    };
+    add(name(op, "fused"), bytes, make(true));
+    add(name(op, "unfused"), bytes, make(false));
+    add(name(op, "memcpy"), bytes, [bytes] { return memcpy_runner(bytes); });
+  }
+}
+
+template <class T>
+void register_mla_cases(const char* dtype, std::int64_t tokens) {
+  using rotary::KvCacheView;
+  using rotary::Positions;
+  using rotary::Slots;
+  using rotary::StridedLayout;
+  const std::int64_t T_ = tokens, H = kMlaHeads, N = kMlaNope, R = kMlaRope, L = kMlaLatent;
+  const std::int64_t bytes = (2 * H * R + 2 * R + 2 * L) * T_ * static_cast<std::int64_t>(sizeof(T));
+  const std::string tail = mla_suffix(T_);
+  fusion_cases()[std::string("mla_rope/") + dtype + "/" + tail] = {"mla_rope", dtype, tail, T_, bytes};
+  const Positions pos = Positions::contiguous(kFirstSlot);
+  const auto make = [=](bool fused) {
+    return [=]() -> Runner {
+      auto st = std::make_shared<Setup<T>>(T_, FusionShape{H, 1, R}, R);
+      st->q = random_values<T>(static_cast<std::size_t>(T_ * H * (N + R)), 1);
+      st->kv = random_values<T>(static_cast<std::size_t>(T_ * (L + R)), 2);  // the kv_a projection's output
+      st->k_tmp.resize(static_cast<std::size_t>(T_ * R));
+      const std::int64_t blocks = st->cache_blocks();
+      st->k_cache.assign(static_cast<std::size_t>(blocks * kBlockSize * (L + R)), T(0));
+      const auto cache = KvCacheView<T>::paged(st->k_cache.data(), blocks, kBlockSize, 1, L + R);
+      if (fused)
+        return [st, cache, pos, H, N, L, R] {
+          rotary::mla_rope(st->rope, st->q.data(), rotary::MlaQuery{st->tokens, H, N}, st->kv.data() + L, L + R,
+                           st->kv.data(), L + R, pos, Slots(st->slots), cache, false);
+        };
+      const StridedLayout ql{T_, H, H * (N + R), N + R};
+      const StridedLayout kl{T_, 1, L + R, R};
+      const StridedLayout tl{T_, 1, R, R};
+      const StridedLayout ll{T_, 1, L + R, L};
+      const auto latent = KvCacheView<T>::strided(st->k_cache.data(), blocks, kBlockSize, 1, L, kBlockSize * (L + R),
+                                                  L + R, L);
+      const auto k_pe = KvCacheView<T>::strided(st->k_cache.data() + L, blocks, kBlockSize, 1, R,
+                                                kBlockSize * (L + R), L + R, R);
+      return [st, ql, kl, tl, ll, latent, k_pe, pos, N, L] {
+        rotary::apply_strided(st->rope, st->q.data() + N, ql, pos);
+        rotary::apply_strided(st->rope, st->kv.data() + L, kl, st->k_tmp.data(), tl, pos);
+        rotary::write_kv_cache(st->kv.data(), ll, Slots(st->slots), latent);
+        rotary::write_kv_cache(st->k_tmp.data(), tl, Slots(st->slots), k_pe);
+      };
+    };
+  };
+  add("fusion/mla_rope/" + std::string(dtype) + "/fused/" + tail, bytes, make(true));
+  add("fusion/mla_rope/" + std::string(dtype) + "/unfused/" + tail, bytes, make(false));
+  add("fusion/mla_rope/" + std::string(dtype) + "/memcpy/" + tail, bytes, [bytes] { return memcpy_runner(bytes); });
+}
+
+}  // namespace
+
+int print_fusion_summary(std::ostream& os, const std::function<double(const std::string&)>& bytes_per_second) {
+  constexpr double kVsUnfused = 1.6, kVsMemcpy = 0.85;
+  int not_met = 0;
+  bool header = false;
+  for (const auto& [key, c] : fusion_cases()) {
+    const double fused = bytes_per_second(c.run_name("fused"));
+    const double unfused = bytes_per_second(c.run_name("unfused"));
+    const double copy = bytes_per_second(c.run_name("memcpy"));
+    if (fused <= 0 || unfused <= 0 || copy <= 0) continue;
+    if (!header) {
+      os << "fused prologues (fusion/; targets at 512 tokens: fused >= " << kVsUnfused << "x unfused, >= "
+         << kVsMemcpy << "x memcpy of the bytes it moves)\n";
+      header = true;
+    }
+    const bool target = c.tokens == 512;
+    if (!target) continue;  // decode and 16-token ratios: in the saved CSV / JSON
+    const bool met = fused / unfused >= kVsUnfused && fused / copy >= kVsMemcpy;
+    if (!met) ++not_met;
+    char line[256];
+    std::snprintf(line, sizeof line, "  %-15s %-5s %-44s fused %6.1f GB/s  %5.2fx unfused  %5.2fx memcpy  %s\n",
+                  c.op.c_str(), c.dtype.c_str(), c.tail.c_str(), fused / 1e9, fused / unfused, fused / copy,
+                  met ? "MET" : "NOT MET");
+    os << line;
+  }
+  return not_met;
+}
+
+const std::map<std::string, FusionCase>& registered_fusion_cases() { return fusion_cases(); }
+
+void register_fusion_cases() {
+  for (const std::int64_t tokens : kTokenCounts) {
+    for (const FusionShape& s : {kLlama3_8B, kQwen3_32B}) {
+      register_op_cases<float>("f32", tokens, s);
+      register_op_cases<rotary::bf16>("bf16", tokens, s);
+    }
+    register_mla_cases<float>("f32", tokens);
+    register_mla_cases<rotary::bf16>("bf16", tokens);
+  }
+}
+
+}  // namespace rotary_bench

@@ -1,0 +1,34 @@
+// rotary_bench: the fused attention prologue cases (fusion.cpp) and their summary lines.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <ostream>
+#include <string>
+
+namespace rotary_bench {
+
+// One op at one dtype and shape: its fused, unfused and memcpy rows share bytes and names
+// fusion/<op>/<dtype>/<variant>/<tail>.
+struct FusionCase {
+  std::string op;
+  std::string dtype;
+  std::string tail;  // tokens:T/...
+  std::int64_t tokens;
+  std::int64_t bytes;  // per call, what the fused op reads and writes
+
+  std::string run_name(const char* variant) const { return "fusion/" + op + "/" + dtype + "/" + variant + "/" + tail; }
+};
+
+// Registers every fusion/ case (after the apply/ tables).
+void register_fusion_cases();
+
+const std::map<std::string, FusionCase>& registered_fusion_cases();
+
+// The targets at 512 tokens (fused >= 1.6x unfused, >= 0.85x memcpy), one line per op, dtype and
+// shape, from bytes/s by run name (0: the case did not run, the line is skipped); the 1- and
+// 16-token rows are only in the saved results. Returns the number of targets NOT MET.
+int print_fusion_summary(std::ostream& os, const std::function<double(const std::string&)>& bytes_per_second);
+
+}  // namespace rotary_bench

@@ -1,0 +1,415 @@
+// rotary — an engine's KV cache as rotary writes into it: where each token's key and value rows go
+// (the storage slot, never the rotation position), in what element type, with what scale.
+//
+//   KvCacheView<E>   one cache tensor (keys or values): blocks of block_size slots, each slot
+//                    `heads` rows of head_dim elements of E at any strides. Factories:
+//                      paged(data, blocks, block_size, heads, head_dim)       [blocks, block_size, heads, d]
+//                      paged_hnd(data, blocks, block_size, heads, head_dim)   [blocks, heads, block_size, d]
+//                      sequences_bhsd(data, batch, heads, max_seq, head_dim)  [B, heads, max_seq, d]
+//                      sequences_bshd(data, batch, max_seq, heads, head_dim)  [B, max_seq, heads, d]
+//                      strided(...)  any strides (DeepSeek MLA's [.., kv_lora_rank + rope_dim] rows)
+//                    A per-sequence cache is a paged one with one block of max_seq slots per sequence.
+//   Slots            token t's slot: slot_mapping[t] (vLLM; negative = padding, not written), or
+//                    per-sequence offsets (FlashAttention's cache_seqlens): token t of a dense batch
+//                    of S tokens per sequence goes to block t / S, slot cache_seqlens[t / S] + t % S.
+//   write_kv_cache   the unfused write: rows of T into their slots (convert / quantize).
+//
+// Element types E and their rounding (one definition, used by the fused and the unfused writes):
+//   float, f16, bf16 (and double for double vectors): round to nearest even (detail/convert.hpp).
+//   std::int8_t: symmetric, one scale per (slot, head) row, written to scales[slot * heads + head]:
+//                scale = absmax / 127 and q = clamp(round_half_even(x * (127 / absmax)), -127, 127),
+//                both quotients computed in double and rounded to f32 once; an all-zero row gets scale
+//                0 and zeros; a row holding NaN or infinity gets scale NaN (it dequantizes to NaN,
+//                never to plausible numbers) and zeros.
+//   fp8_e4m3:    OCP FP8 E4M3 (bias 7, no infinities, max 448), one scale per head read from
+//                scales[head] (the engine's calibrated k_scale / v_scale): x * (1 / scale) rounded to
+//                nearest even, saturated to +-448 (infinities too), NaN kept as NaN (0x7f | sign).
+// The row of a vector is rounded to its own storage type T first (the fused ops round exactly as
+// rotating into a T tensor and then writing it would), then converted once to E.
+#ifndef ROTARY_KV_CACHE_HPP
+#define ROTARY_KV_CACHE_HPP
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "config.hpp"
+#include "detail/convert.hpp"
+#include "detail/driver/checks.hpp"
+#include "detail/format.hpp"
+#include "detail/fp.hpp"
+#include "dtype.hpp"
+#include "types.hpp"
+
+namespace rotary {
+
+// OCP FP8 E4M3 ("e4m3fn"): 1 sign, 4 exponent (bias 7), 3 mantissa bits; S.1111.111 is NaN, no
+// infinities; largest finite 448, smallest subnormal 2^-9.
+struct fp8_e4m3 {
+  std::uint8_t bits = 0;
+};
+
+namespace detail {
+// a (0 <= a < 2^23) rounded half to even, by an integer conversion: independent of the rounding
+// mode and of value-unsafe flags (no add-and-subtract trick that reassociation could fold).
+inline std::uint32_t round_half_even(float a) noexcept {
+  const auto whole = static_cast<std::uint32_t>(a);
+  const float rest = a - static_cast<float>(whole);  // exact
+  return whole + (rest > 0.5f || (rest == 0.5f && (whole & 1u) != 0) ? 1u : 0u);
+}
+}  // namespace detail
+
+// x rounded to nearest even, saturated to +-448 (infinities included), NaN -> NaN.
+inline fp8_e4m3 to_fp8_e4m3(float x) noexcept {
+  const std::uint32_t u = detail::float_bits(x);
+  const auto sign = static_cast<std::uint8_t>((u >> 24) & 0x80u);
+  const std::uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return {static_cast<std::uint8_t>(sign | 0x7fu)};  // NaN
+  if (a >= 0x43e00000u) return {static_cast<std::uint8_t>(sign | 0x7eu)};  // >= 448 (and inf): 448
+  if (a < 0x3c800000u) {  // below 2^-6, the smallest normal: a multiple of 2^-9, rounded to even
+    const std::uint32_t m = detail::round_half_even(detail::bits_float(a) * 512.0f);  // exact scaling
+    return {static_cast<std::uint8_t>(sign | m)};  // m = 8 is the smallest normal: the same bits
+  }
+  const std::uint32_t rounded = a + 0x7ffffu + ((a >> 20) & 1u);  // drop 20 mantissa bits, to even
+  const std::uint32_t e = (rounded >> 20) - (120u << 3);           // rebias 127 -> 7
+  return {static_cast<std::uint8_t>(sign | std::min<std::uint32_t>(e, 0x7eu))};
+}
+
+inline float to_float(fp8_e4m3 v) noexcept {
+  const std::uint32_t sign = static_cast<std::uint32_t>(v.bits & 0x80u) << 24;
+  const std::uint32_t e = (v.bits >> 3) & 0x0fu;
+  const std::uint32_t m = v.bits & 0x07u;
+  if (e == 0x0fu && m == 0x07u) return detail::bits_float(sign | 0x7fc00000u);
+  if (e == 0) return detail::bits_float(sign | detail::float_bits(static_cast<float>(m) / 512.0f));
+  return detail::bits_float(sign | ((e + 120u) << 23) | (m << 20));
+}
+
+template <class E>
+inline constexpr bool is_cache_type_v =
+    is_storage_type_v<E> || std::is_same_v<E, std::int8_t> || std::is_same_v<E, fp8_e4m3>;
+
+// What the scales pointer of a cache of E holds.
+enum class CacheScales {
+  none,            // float, f16, bf16, double: scales must be null
+  per_row,         // int8: one scale per (slot, head), written by every write
+  per_head,        // fp8 e4m3: one scale per head, read
+};
+template <class E>
+constexpr CacheScales cache_scales_of() noexcept {
+  if constexpr (std::is_same_v<E, std::int8_t>) return CacheScales::per_row;
+  else if constexpr (std::is_same_v<E, fp8_e4m3>) return CacheScales::per_head;
+  else return CacheScales::none;
+}
+
+template <class E>
+struct KvCacheView {
+  static_assert(is_cache_type_v<E>, "a KV cache holds float, double, f16, bf16, std::int8_t or rotary::fp8_e4m3");
+  E* data = nullptr;
+  std::int64_t blocks = 0;
+  std::int64_t block_size = 0;
+  std::int64_t heads = 0;
+  std::int64_t head_dim = 0;
+  std::ptrdiff_t block_stride = 0;  // elements
+  std::ptrdiff_t slot_stride = 0;
+  std::ptrdiff_t head_stride = 0;
+  float* scales = nullptr;  // see CacheScales
+
+  // Any strides; checked (rotary::error): sizes >= 1, strides >= 0 and nested so that no two rows
+  // share memory, non-null data, scales present exactly for int8 and fp8.
+  static KvCacheView strided(E* data, std::int64_t blocks, std::int64_t block_size, std::int64_t heads,
+                             std::int64_t head_dim, std::ptrdiff_t block_stride, std::ptrdiff_t slot_stride,
+                             std::ptrdiff_t head_stride, float* scales = nullptr) {
+    KvCacheView c;
+    c.data = data;
+    c.blocks = blocks;
+    c.block_size = block_size;
+    c.heads = heads;
+    c.head_dim = head_dim;
+    c.block_stride = block_stride;
+    c.slot_stride = slot_stride;
+    c.head_stride = head_stride;
+    c.scales = scales;
+    const std::string m = c.check();
+    if (!m.empty()) throw error(m);
+    return c;
+  }
+  static KvCacheView paged(E* data, std::int64_t blocks, std::int64_t block_size, std::int64_t heads,
+                           std::int64_t head_dim, float* scales = nullptr) {
+    return strided(data, blocks, block_size, heads, head_dim, block_size * heads * head_dim, heads * head_dim,
+                   head_dim, scales);
+  }
+  static KvCacheView paged_hnd(E* data, std::int64_t blocks, std::int64_t block_size, std::int64_t heads,
+                               std::int64_t head_dim, float* scales = nullptr) {
+    return strided(data, blocks, block_size, heads, head_dim, block_size * heads * head_dim, head_dim,
+                   block_size * head_dim, scales);
+  }
+  static KvCacheView sequences_bhsd(E* data, std::int64_t batch, std::int64_t heads, std::int64_t max_seq,
+                                    std::int64_t head_dim, float* scales = nullptr) {
+    return paged_hnd(data, batch, max_seq, heads, head_dim, scales);
+  }
+  static KvCacheView sequences_bshd(E* data, std::int64_t batch, std::int64_t max_seq, std::int64_t heads,
+                                    std::int64_t head_dim, float* scales = nullptr) {
+    return paged(data, batch, max_seq, heads, head_dim, scales);
+  }
+
+  std::int64_t slots() const noexcept { return blocks * block_size; }
+  E* row(std::int64_t slot, std::int64_t head) const noexcept {
+    return data + slot / block_size * block_stride + slot % block_size * slot_stride + head * head_stride;
+  }
+  // int8: the scale of row (slot, head); fp8: the scale of head.
+  float* row_scale(std::int64_t slot, std::int64_t head) const noexcept {
+    return cache_scales_of<E>() == CacheScales::per_row ? scales + slot * heads + head : scales + head;
+  }
+  // First and one-past-last element the view spans.
+  detail::Extent extent() const noexcept {
+    if (data == nullptr) return {};
+    const auto lo = reinterpret_cast<std::uintptr_t>(data);
+    const std::int64_t last = (blocks - 1) * block_stride + (block_size - 1) * slot_stride +
+                              (heads - 1) * head_stride + head_dim;
+    return {lo, lo + static_cast<std::uintptr_t>(last) * sizeof(E)};
+  }
+
+  std::string check() const {
+    using detail::concat;
+    if (blocks < 1 || block_size < 1 || heads < 1 || head_dim < 1)
+      return concat("KV cache sizes (blocks ", blocks, ", block_size ", block_size, ", heads ", heads,
+                    ", head_dim ", head_dim, ") must be >= 1");
+    if (data == nullptr) return "KV cache data is null";
+    if (block_stride < 0 || slot_stride < 0 || head_stride < 0)
+      return concat("KV cache strides (block ", block_stride, ", slot ", slot_stride, ", head ", head_stride,
+                    ") must be >= 0");
+    if (!detail::span_fits({{blocks, block_stride}, {block_size, slot_stride}, {heads, head_stride}}, head_dim,
+                           sizeof(E)))
+      return "KV cache spans more than PTRDIFF_MAX bytes";
+    if (!detail::rows_disjoint(block_size, heads, slot_stride, head_stride, head_dim))
+      return concat("KV cache rows of one block overlap (slot stride ", slot_stride, ", head stride ",
+                    head_stride, ", head_dim ", head_dim, ")");
+    const std::int64_t block_span = (block_size - 1) * slot_stride + (heads - 1) * head_stride + head_dim;
+    if (blocks > 1 && block_stride < block_span)
+      return concat("KV cache blocks overlap: block stride ", block_stride, " < the ", block_span,
+                    " elements a block spans");
+    constexpr CacheScales kind = cache_scales_of<E>();
+    if (kind == CacheScales::none && scales != nullptr)
+      return "KV cache scales given for a float/f16/bf16 cache (only int8 and fp8 caches have scales)";
+    if (kind != CacheScales::none && scales == nullptr)
+      return kind == CacheScales::per_row ? "int8 KV cache needs scales: one float per (slot, head)"
+                                          : "fp8 KV cache needs scales: one float per head";
+    if (kind == CacheScales::per_head)
+      for (std::int64_t h = 0; h < heads; ++h)
+        if (!(detail::finite(scales[h]) && scales[h] > 0.0f))
+          return concat("fp8 KV cache scales[", h, "] (", scales[h], ") must be finite and > 0");
+    return {};
+  }
+};
+
+// Token t's slot in a cache.
+class Slots {
+ public:
+  // vLLM's slot_mapping: one int64 per token, negative = padding (that token is not written).
+  static Slots mapping(const std::int64_t* slot_mapping, std::int64_t tokens) noexcept {
+    Slots s;
+    s.map_ = slot_mapping;
+    s.count_ = tokens;
+    return s;
+  }
+  Slots(const std::vector<std::int64_t>& v) noexcept  // NOLINT(google-explicit-constructor)
+      : map_(v.data()), count_(static_cast<std::int64_t>(v.size())) {}
+  // Per-sequence caches: `batch` sequences of tokens_per_sequence new tokens each (dense, token t is
+  // sequence t / S), written after the cache_seqlens[b] tokens sequence b already holds.
+  static Slots sequences(const std::int32_t* cache_seqlens, std::int64_t batch,
+                         std::int64_t tokens_per_sequence) noexcept {
+    Slots s;
+    s.seqlens32_ = cache_seqlens;
+    s.count_ = batch;
+    s.per_seq_ = tokens_per_sequence;
+    return s;
+  }
+  static Slots sequences(const std::int64_t* cache_seqlens, std::int64_t batch,
+                         std::int64_t tokens_per_sequence) noexcept {
+    Slots s;
+    s.seqlens64_ = cache_seqlens;
+    s.count_ = batch;
+    s.per_seq_ = tokens_per_sequence;
+    return s;
+  }
+
+  bool is_mapping() const noexcept { return per_seq_ == 0; }
+  // Unchecked: token t's slot in a cache of block_size slots per block; < 0: not written.
+  std::int64_t slot(std::int64_t t, std::int64_t block_size) const noexcept {
+    if (is_mapping()) return map_[t];
+    const std::int64_t b = t / per_seq_;
+    return b * block_size + seqlen(b) + t % per_seq_;
+  }
+
+  // "" or what is wrong: one slot per token, inside the cache, no slot twice.
+  std::string check(std::int64_t tokens, std::int64_t cache_slots, std::int64_t block_size) const {
+    using detail::concat;
+    if (is_mapping()) {
+      if (count_ != tokens) return concat("slot_mapping has ", count_, " values for ", tokens, " tokens");
+      if (tokens > 0 && map_ == nullptr) return concat("slot_mapping is null but ", tokens, " tokens are written");
+      std::vector<std::int64_t> used;
+      used.reserve(static_cast<std::size_t>(tokens));
+      for (std::int64_t t = 0; t < tokens; ++t) {
+        if (map_[t] >= cache_slots)
+          return concat("slot_mapping[", t, "] (", map_[t], ") is outside the cache's ", cache_slots, " slots");
+        if (map_[t] >= 0) used.push_back(map_[t]);
+      }
+      std::sort(used.begin(), used.end());
+      const auto dup = std::adjacent_find(used.begin(), used.end());
+      if (dup != used.end())
+        return concat("slot_mapping writes slot ", *dup, " twice in one call (the result would depend on order)");
+      return {};
+    }
+    if (per_seq_ < 0 || count_ < 0)
+      return concat("sequence slots: batch (", count_, ") and tokens per sequence (", per_seq_, ") must be >= 0");
+    if (count_ * per_seq_ != tokens)
+      return concat("sequence slots: ", count_, " sequences x ", per_seq_, " tokens != ", tokens, " tokens");
+    if (tokens > 0 && seqlens32_ == nullptr && seqlens64_ == nullptr) return "cache_seqlens is null";
+    if (count_ * block_size > cache_slots && tokens > 0)
+      return concat("sequence slots: ", count_, " sequences but the cache holds ", cache_slots / block_size);
+    for (std::int64_t b = 0; b < count_ && tokens > 0; ++b)
+      if (seqlen(b) < 0 || seqlen(b) > block_size - per_seq_)
+        return concat("cache_seqlens[", b, "] (", seqlen(b), ") + ", per_seq_, " new tokens does not fit the ",
+                      block_size, " slots of a sequence");
+    return {};
+  }
+
+ private:
+  Slots() = default;
+  std::int64_t seqlen(std::int64_t b) const noexcept {
+    return seqlens64_ != nullptr ? seqlens64_[b] : static_cast<std::int64_t>(seqlens32_[b]);
+  }
+  const std::int64_t* map_ = nullptr;
+  const std::int32_t* seqlens32_ = nullptr;
+  const std::int64_t* seqlens64_ = nullptr;
+  std::int64_t count_ = 0;
+  std::int64_t per_seq_ = 0;  // 0: a mapping
+};
+
+namespace detail {
+
+// The f32 quotient a / b computed in double and rounded once: the same bits under any flags
+// (-freciprocal-math would otherwise turn x / c into x * (1 / c)).
+inline float exact_quotient(float a, float b) noexcept {
+  return static_cast<float>(strict_div(static_cast<double>(a), static_cast<double>(b)));
+}
+
+// One row of n values of T into a cache row of E (see the header comment for the rounding). scale:
+// int8 writes *scale; fp8 reads inv_scale (1 / the head's scale).
+template <class T, class E>
+void store_row(E* out, const T* in, std::int64_t n, float* scale, float inv_scale) noexcept {
+  static_assert(!std::is_same_v<E, double> || std::is_same_v<T, double>,
+                "a double cache takes double vectors only (rotary never widens a rounded value into it)");
+  static_assert(!std::is_same_v<T, double> || std::is_same_v<E, double> || std::is_same_v<E, float>,
+                "double vectors go to a double or float cache (a 16-bit or 8-bit cache would round twice; "
+                "convert to f32 first)");
+  if constexpr (std::is_same_v<E, T>) {
+    std::memcpy(out, in, static_cast<std::size_t>(n) * sizeof(T));
+  } else if constexpr (std::is_same_v<E, std::int8_t>) {
+    float absmax = 0.0f;
+    bool finite_row = true;
+    for (std::int64_t i = 0; i < n; ++i) {
+      const float v = static_cast<float>(to_compute(in[i]));
+      finite_row = finite_row && finite(v);
+      absmax = std::max(absmax, std::fabs(v));
+    }
+    if (!finite_row || absmax == 0.0f) {
+      std::memset(out, 0, static_cast<std::size_t>(n));
+      *scale = finite_row ? 0.0f : bits_float(0x7fc00000u);
+      return;
+    }
+    *scale = exact_quotient(absmax, 127.0f);
+    const float inv = exact_quotient(127.0f, absmax);
+    for (std::int64_t i = 0; i < n; ++i) {
+      const float v = static_cast<float>(to_compute(in[i])) * inv;  // |v| <= 127 (+ rounding)
+      const auto q = static_cast<std::int32_t>(std::min(127u, round_half_even(std::fabs(v))));
+      out[i] = static_cast<std::int8_t>(v < 0.0f ? -q : q);
+    }
+  } else if constexpr (std::is_same_v<E, fp8_e4m3>) {
+    for (std::int64_t i = 0; i < n; ++i) out[i] = to_fp8_e4m3(static_cast<float>(to_compute(in[i])) * inv_scale);
+  } else {
+    for (std::int64_t i = 0; i < n; ++i) out[i] = from_compute<E>(static_cast<float>(to_compute(in[i])));
+  }
+}
+
+template <class E>
+float inverse_head_scale(const KvCacheView<E>& c, std::int64_t h) noexcept {
+  if constexpr (cache_scales_of<E>() == CacheScales::per_head) return exact_quotient(1.0f, c.scales[h]);
+  else return 1.0f;
+}
+
+// Rows of a view of T ([tokens, heads] rows of head_dim) and a cache must not share memory.
+template <class T, class E>
+std::string check_cache_apart(const std::string& name, const T* p, const StridedLayout& l, std::int64_t head_dim,
+                              const std::string& cache_name, const KvCacheView<E>& c) {
+  const Extent x = extent_of(p, l.tokens, l.heads, l.token_stride, l.head_stride, head_dim);
+  if (overlap(x, c.extent()))
+    return concat(name, " and ", cache_name, " share memory (the cache must be its own buffer)");
+  return {};
+}
+
+// The whole of a write: rows [tokens, cache.heads] of cache.head_dim, one slot per token.
+template <class T, class E>
+std::string check_cache_write(const std::string& name, const T* x, const StridedLayout& l, const Slots& slots,
+                              const std::string& cache_name, const KvCacheView<E>& c) {
+  std::string m = c.check();
+  if (!m.empty()) return concat(cache_name, ": ", m);
+  if (l.heads != c.heads)
+    return concat(name, " has ", l.heads, " heads but ", cache_name, " has ", c.heads);
+  m = check_view(name, x, l.tokens, l.heads, l.token_stride, l.head_stride, c.head_dim);
+  if (m.empty()) m = slots.check(l.tokens, c.slots(), c.block_size);
+  if (m.empty()) m = check_cache_apart(name, x, l, c.head_dim, cache_name, c);
+  return m;
+}
+
+// Writes tokens [t0, t1) of x into their slots.
+template <class T, class E>
+void write_rows(const T* x, const StridedLayout& l, const Slots& slots, const KvCacheView<E>& c, std::int64_t t0,
+                std::int64_t t1) noexcept {
+  for (std::int64_t t = t0; t < t1; ++t) {
+    const std::int64_t s = slots.slot(t, c.block_size);
+    if (s < 0) continue;
+    for (std::int64_t h = 0; h < c.heads; ++h)
+      store_row(c.row(s, h), x + t * l.token_stride + h * l.head_stride, c.head_dim, c.row_scale(s, h),
+                inverse_head_scale(c, h));
+  }
+}
+
+}  // namespace detail
+
+// The unfused cache write: token t's rows of x ([tokens, cache.heads] rows of cache.head_dim, at
+// the layout's strides) into slot slots[t] of the cache. Checked: shapes, slots (inside the cache,
+// none twice), scales, x apart from the cache.
+template <class T, class E>
+void write_kv_cache(const T* x, const StridedLayout& layout, const Slots& slots, const KvCacheView<E>& cache) {
+  const std::string m = detail::check_cache_write("x", x, layout, slots, "cache", cache);
+  if (!m.empty()) throw error(m);
+  detail::write_rows(x, layout, slots, cache, 0, layout.tokens);
+}
+
+// Unchecked (ROTARY_ASSERT in debug builds).
+template <class T, class E>
+void write_kv_cache_unchecked(const T* x, const StridedLayout& layout, const Slots& slots,
+                              const KvCacheView<E>& cache) {
+  ROTARY_ASSERT_MESSAGE(detail::check_cache_write("x", x, layout, slots, "cache", cache));
+  detail::write_rows(x, layout, slots, cache, 0, layout.tokens);
+}
+
+// Row (slot, head) of a cache back in f32 (int8 and fp8 times their scale): for tests and readers.
+template <class E>
+void read_cache_row(const KvCacheView<E>& c, std::int64_t slot, std::int64_t head, float* out) noexcept {
+  const E* row = c.row(slot, head);
+  for (std::int64_t i = 0; i < c.head_dim; ++i) {
+    if constexpr (std::is_same_v<E, std::int8_t>) out[i] = static_cast<float>(row[i]) * *c.row_scale(slot, head);
+    else if constexpr (std::is_same_v<E, fp8_e4m3>) out[i] = to_float(row[i]) * c.scales[head];
+    else out[i] = static_cast<float>(detail::to_compute(row[i]));
+  }
+}
+
+}  // namespace rotary
+
+#endif  // ROTARY_KV_CACHE_HPP
