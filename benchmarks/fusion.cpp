@@ -260,9 +260,22 @@ void register_mla_cases(const char* dtype, std::int64_t tokens) {
   add("fusion/mla_rope/" + std::string(dtype) + "/memcpy/" + tail, bytes, [bytes] { return memcpy_runner(bytes); });
 }
 
+// "32q/8kv x 128" or "128 heads, rope 64, latent 512" (the tail without the token count).
+std::string short_shape(const FusionCase& c) {
+  if (c.op == "mla_rope") return "128 h, rope 64, latent 512";
+  const std::string& t = c.tail;
+  const auto field = [&t](const char* key) {
+    const std::size_t at = t.find(key);
+    if (at == std::string::npos) return std::string("?");
+    const std::size_t from = at + std::strlen(key);
+    return t.substr(from, t.find('/', from) - from);
+  };
+  return field("q_heads:") + "q/" + field("kv_heads:") + "kv x " + field("head_dim:");
+}
+
 }  // namespace
 
-int print_fusion_summary(std::ostream& os, const std::function<double(const std::string&)>& bytes_per_second) {
+int print_fusion_summary(std::FILE* out, const std::function<double(const std::string&)>& bytes_per_second) {
   constexpr double kVsUnfused = 1.6, kVsMemcpy = 0.85;
   int not_met = 0;
   bool header = false;
@@ -272,19 +285,17 @@ int print_fusion_summary(std::ostream& os, const std::function<double(const std:
     const double copy = bytes_per_second(c.run_name("memcpy"));
     if (fused <= 0 || unfused <= 0 || copy <= 0) continue;
     if (!header) {
-      os << "fused prologues (fusion/; targets at 512 tokens: fused >= " << kVsUnfused << "x unfused, >= "
-         << kVsMemcpy << "x memcpy of the bytes it moves)\n";
+      std::fprintf(out, "fused prologues at 512 tokens (fusion/): fused >= %.2gx unfused, >= %.2gx memcpy of its bytes\n",
+                   kVsUnfused, kVsMemcpy);
       header = true;
     }
     const bool target = c.tokens == 512;
     if (!target) continue;  // decode and 16-token ratios: in the saved CSV / JSON
     const bool met = fused / unfused >= kVsUnfused && fused / copy >= kVsMemcpy;
     if (!met) ++not_met;
-    char line[256];
-    std::snprintf(line, sizeof line, "  %-15s %-5s %-44s fused %6.1f GB/s  %5.2fx unfused  %5.2fx memcpy  %s\n",
-                  c.op.c_str(), c.dtype.c_str(), c.tail.c_str(), fused / 1e9, fused / unfused, fused / copy,
-                  met ? "MET" : "NOT MET");
-    os << line;
+    std::fprintf(out, "  %-14s %-4s %-26s %6.1f GB/s %5.2fx unfused %5.2fx memcpy  %s\n", c.op.c_str(),
+                 c.dtype.c_str(), short_shape(c).c_str(), fused / 1e9, fused / unfused, fused / copy,
+                 met ? "MET" : "NOT MET");
   }
   return not_met;
 }

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <ostream>
+#include <cstdio>
 #include <string>
 
 namespace rotary_bench {
@@ -29,6 +29,6 @@ const std::map<std::string, FusionCase>& registered_fusion_cases();
 // The targets at 512 tokens (fused >= 1.6x unfused, >= 0.85x memcpy), one line per op, dtype and
 // shape, from bytes/s by run name (0: the case did not run, the line is skipped); the 1- and
 // 16-token rows are only in the saved results. Returns the number of targets NOT MET.
-int print_fusion_summary(std::ostream& os, const std::function<double(const std::string&)>& bytes_per_second);
+int print_fusion_summary(std::FILE* out, const std::function<double(const std::string&)>& bytes_per_second);
 
 }  // namespace rotary_bench

@@ -628,8 +628,8 @@ void copy_stream(std::FILE* from, std::FILE* to) {
 // The compact summary (see the top of the file): the machine, then the key table, targets and
 // information lines, or, with --rotary_compare_with, the build comparison.
 void print_compact(const Measurements& measured, const std::vector<std::int64_t>& tokens,
-                   const std::string& machine, std::size_t min_runs, std::size_t max_runs,
-                   const SummaryOptions& options, std::FILE* out) {
+                   const std::map<std::string, double>& fusion, const std::string& machine, std::size_t min_runs,
+                   std::size_t max_runs, const SummaryOptions& options, std::FILE* out) {
   if (!options.compare_with.empty()) {
     print_comparison(measured, options.compare_with, out);
     return;
@@ -643,6 +643,10 @@ void print_compact(const Measurements& measured, const std::vector<std::int64_t>
   std::fprintf(out, "GB/s = 1e9 B/s of vectors read + written (cos/sin table not counted)\n");
   print_key_table(measured, tokens, out);
   print_targets(measured, out);
+  print_fusion_summary(out, [&fusion](const std::string& name) {
+    const auto it = fusion.find(name);
+    return it == fusion.end() ? 0.0 : it->second;
+  });
   std::fprintf(out, "\n");
   print_information(measured, out);
 }
@@ -659,7 +663,12 @@ void print_summary(const RecordingReporter& rec, const SummaryOptions& options, 
   };
   std::map<std::string, double> baseline;  // group -> memcpy bytes/s
   std::vector<std::int64_t> tokens;        // token counts of 32 heads x 128 (the key table's columns)
+  std::map<std::string, double> fusion;    // fusion/ cases (fusion.cpp): bytes/s by name
   for (const Result& r : rec.results()) {
+    if (r.name.rfind("fusion/", 0) == 0) {  // registered without arguments: the name ends in "/"
+      fusion[r.name.back() == '/' ? r.name.substr(0, r.name.size() - 1) : r.name] = r.value();
+      continue;
+    }
     const auto it = registered().find(r.name);
     if (it == registered().end()) {
       std::fprintf(out, "rotary_bench: warning: run '%s' matches no registered case\n", r.name.c_str());
@@ -755,7 +764,7 @@ void print_summary(const RecordingReporter& rec, const SummaryOptions& options, 
   std::FILE* compact = std::tmpfile();
   if (compact == nullptr) compact = out;  // no temporary file: print only
   std::fprintf(out, "\n");
-  print_compact(measured, tokens, machine, min_runs, max_runs, options, compact);
+  print_compact(measured, tokens, fusion, machine, min_runs, max_runs, options, compact);
   if (compact != out) {
     copy_stream(compact, out);
     if (!options.summary_out.empty()) {

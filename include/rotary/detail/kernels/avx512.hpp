@@ -357,6 +357,17 @@ ROTARY_DETAIL_KERNEL_LINKAGE void rotate_tokens_bf16(const KernelArgs<bf16>& a, 
   rotate_tokens_bf16_integer(a, t0, t1);
 }
 
+// The bf16 norm rows likewise: vcvtneps2bf16 where the CPU has it, else the integer rounding.
+ROTARY_DETAIL_KERNEL_LINKAGE void norm_rows_bf16(const NormArgs<bf16>& a) noexcept {
+#if ROTARY_AVX512_BF16_KERNELS
+  if (cpu_features().avx512bf16) {
+    bf16_hw::norm_rows_impl<BF16Hw>(a);
+    return;
+  }
+#endif
+  norm_rows<bf16>(a);
+}
+
 }  // namespace rotary::detail::avx512
 
 #undef ROTARY_AVX512_INLINE

@@ -70,6 +70,9 @@ ROTARY_DETAIL_KERNEL_LINKAGE void rotate_tokens_bf16_hardware(const KernelArgs<b
 ROTARY_DETAIL_KERNEL_LINKAGE void rotate_tokens_bf16(const KernelArgs<bf16>& a, std::int64_t t0,
                                                      std::int64_t t1) noexcept;
 
+// bf16 norm rows (NormArgs) with vcvtneps2bf16 where the CPU has AVX512_BF16, else the integer rounding.
+ROTARY_DETAIL_KERNEL_LINKAGE void norm_rows_bf16(const NormArgs<bf16>& a) noexcept;
+
 // True if rotate_tokens_bf16 uses vcvtneps2bf16 on this CPU (both variants give the same bits).
 inline bool bf16_hardware_rounding() noexcept { return ROTARY_AVX512_BF16_KERNELS && cpu_features().avx512bf16; }
 }  // namespace avx512

@@ -67,8 +67,11 @@ constexpr NormKernel<T> norm_kernel_for(Isa isa) noexcept {
 #if ROTARY_X86_KERNELS
     case Isa::avx2:
       return &avx2::norm_rows<T>;
-    case Isa::avx512:
-      return &avx512::norm_rows<T>;
+    case Isa::avx512:  // bf16: vcvtneps2bf16 or the integer rounding, picked per call
+      if constexpr (std::is_same_v<T, bf16>)
+        return &avx512::norm_rows_bf16;
+      else
+        return &avx512::norm_rows<T>;
 #endif
 #if ROTARY_NEON_KERNELS
     case Isa::neon:

@@ -552,28 +552,49 @@ ROTARY_KERNEL_INLINE void scale_row(const typename S::T* x, typename S::T* y, co
   }
 }
 
-// A row of exactly K vectors (K * L a multiple of 16): loaded once, kept in registers.
-template <class S, int K>
-ROTARY_KERNEL_INLINE void norm_row_registers(const typename S::T* x, typename S::T* y, const NormArgs<typename S::T>& a) noexcept {
+// G rows of exactly K vectors each (K * L a multiple of 16): loaded once, kept in registers; the G
+// rows' sums and factors are independent chains that overlap (one row alone would expose the
+// latency of its reduction and factor, ~100 cycles, to every row).
+template <class S, int K, int G>
+ROTARY_KERNEL_INLINE void norm_rows_registers(const NormArgs<typename S::T>& a, std::int64_t r0) noexcept {
   using C = typename S::C;
   using V = typename S::V;
   using CS = NormLanes<S>;
   constexpr int kVectors = kNormAccumulators / S::L;
-  V xv[std::size_t{K}];
-  V acc[std::size_t{kVectors}];
-  for (int v = 0; v < kVectors; ++v) acc[v] = CS::set1(C(0));
+  V xv[std::size_t{G}][std::size_t{K}];
+  V acc[std::size_t{G}][std::size_t{kVectors}];
+  V fv[std::size_t{G}];
+#pragma GCC unroll 4
+  for (int g = 0; g < G; ++g) {
+    const typename S::T* x = a.in + (r0 + g) * a.in_stride;
+    for (int v = 0; v < kVectors; ++v) acc[g][v] = CS::set1(C(0));
 #pragma GCC unroll 16
-  for (int k = 0; k < K; ++k) {
-    xv[k] = S::load(x + std::int64_t{k} * S::L);
-    acc[k % kVectors] = S::fmadd(xv[k], xv[k], acc[k % kVectors]);
+    for (int k = 0; k < K; ++k) {
+      xv[g][k] = S::load(x + std::int64_t{k} * S::L);
+      acc[g][k % kVectors] = S::fmadd(xv[g][k], xv[g][k], acc[g][k % kVectors]);
+    }
   }
-  const V fv = CS::set1(norm_factor(reduce_vectors<S>(acc), a.inv_n, a.eps));
+#pragma GCC unroll 4
+  for (int g = 0; g < G; ++g) fv[g] = CS::set1(norm_factor(reduce_vectors<S>(acc[g]), a.inv_n, a.eps));
+#pragma GCC unroll 4
+  for (int g = 0; g < G; ++g) {
+    typename S::T* y = a.out + (r0 + g) * a.out_stride;
 #pragma GCC unroll 16
-  for (int k = 0; k < K; ++k) {
-    V v = S::mul(xv[k], fv);
-    if (a.weight != nullptr) v = S::mul(v, CS::load(a.weight + std::int64_t{k} * S::L));
-    S::store(y + std::int64_t{k} * S::L, v);
+    for (int k = 0; k < K; ++k) {
+      V v = S::mul(xv[g][k], fv[g]);
+      if (a.weight != nullptr) v = S::mul(v, CS::load(a.weight + std::int64_t{k} * S::L));
+      S::store(y + std::int64_t{k} * S::L, v);
+    }
   }
+}
+
+// Rows [0, a.rows) of K vectors: two at a time while their registers fit (2K <= 16), else one.
+template <class S, int K>
+ROTARY_KERNEL_INLINE void norm_rows_of(const NormArgs<typename S::T>& a) noexcept {
+  std::int64_t r = 0;
+  if constexpr (2 * K <= 16)
+    for (; r + 2 <= a.rows; r += 2) norm_rows_registers<S, K, 2>(a, r);
+  for (; r < a.rows; ++r) norm_rows_registers<S, K, 1>(a, r);
 }
 
 // Any row: the sum over whole groups of 16, a scalar tail into the stored accumulators, then the
@@ -609,18 +630,14 @@ ROTARY_KERNEL_TARGET void norm_rows_impl(const NormArgs<typename S::T>& a) noexc
   constexpr int k64 = 64 / S::L;
   constexpr int k128 = 128 / S::L;
   constexpr int k256 = 256 / S::L;
-  for (std::int64_t r = 0; r < a.rows; ++r) {
-    const typename S::T* x = a.in + r * a.in_stride;
-    typename S::T* y = a.out + r * a.out_stride;
-    if (a.n == 64) {
-      norm_row_registers<S, k64>(x, y, a);
-    } else if (a.n == 128) {
-      norm_row_registers<S, k128>(x, y, a);
-    } else if (a.n == 256 && k256 <= 16) {
-      norm_row_registers<S, (k256 <= 16 ? k256 : 1)>(x, y, a);
-    } else {
-      norm_row_two_pass<S>(x, y, a);
-    }
+  if (a.n == 64) {
+    norm_rows_of<S, k64>(a);
+  } else if (a.n == 128) {
+    norm_rows_of<S, k128>(a);
+  } else if (a.n == 256 && k256 <= 16) {
+    norm_rows_of<S, (k256 <= 16 ? k256 : 1)>(a);
+  } else {
+    for (std::int64_t r = 0; r < a.rows; ++r) norm_row_two_pass<S>(a.in + r * a.in_stride, a.out + r * a.out_stride, a);
   }
 }
 
