@@ -480,7 +480,11 @@ void print_comparison(const Measurements& m, const std::string& path, std::FILE*
     std::string d;
     double other_dispatch = 0;
     double other_memcpy = 0;
-    if (in >> p >> d >> other_dispatch >> other_memcpy) other[p + " " + d] = {other_dispatch, other_memcpy};
+    if (in >> p >> d >> other_dispatch >> other_memcpy) {
+      p += ' ';
+      p += d;
+      other[p] = {other_dispatch, other_memcpy};
+    }
   }
   int met = 0;
   int total = 0;

@@ -601,7 +601,7 @@ TEST(FusedErrors, RefusesBadCallsWithClearMessages) {
   const StridedLayout l{T_, H, H * D, D};
   const auto kv = KvCacheView<float>::paged(kc.data(), 2, 4, H, D);
   const auto vv = KvCacheView<float>::paged(vc.data(), 2, 4, H, D);
-  const auto call = [&](std::vector<std::int64_t> slots, const KvCacheView<float>& kcache,
+  const auto call = [&](const std::vector<std::int64_t>& slots, const KvCacheView<float>& kcache,
                         const KvCacheView<float>& vcache) {
     rotary::rope_kv_write(rope, q.data(), l, k.data(), l, v.data(), l, Positions::contiguous(0), Slots(slots), kcache,
                           vcache);
