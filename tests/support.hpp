@@ -1,6 +1,6 @@
 // Shared helpers for rotary's tests: seeded random data, ulp arithmetic, shapes; and, from
-// support_core.hpp (shared with the fuzz harnesses), storage types chosen at run time, bit patterns
-// and IsaScope.
+// support_core.hpp (shared with the fuzz harnesses), storage types chosen at run time, bit patterns,
+// IsaScope and SplitAlways.
 #ifndef ROTARY_TESTS_SUPPORT_HPP
 #define ROTARY_TESTS_SUPPORT_HPP
 

@@ -1,6 +1,7 @@
 // The part of the tests' helpers that needs no GoogleTest, shared by support.hpp (the GoogleTest
 // tests) and fuzz/fuzz_support.hpp (the libFuzzer harnesses): storage types chosen at run time,
-// bit patterns, and the ISAs with a scope that forces one and restores the dispatch state.
+// bit patterns, the ISAs with a scope that forces one and restores the dispatch state, and a scope
+// that lets small calls split over a ParallelFor (SplitAlways).
 #ifndef ROTARY_TESTS_SUPPORT_CORE_HPP
 #define ROTARY_TESTS_SUPPORT_CORE_HPP
 
@@ -121,6 +122,25 @@ class IsaScope {
 
  private:
   int saved_;
+};
+
+// ---- threads ------------------------------------------------------------------------------------
+
+// Lowers the driver's minimum work per thread (detail::min_parallel_bytes_state(), default
+// rotary::kMinParallelBytes) to 0 while the scope lives, so that a call given a ParallelFor splits
+// from two tokens on however little work it is, and restores the saved threshold when the scope
+// ends (scopes nest). Tests that pass a ParallelFor on small shapes hold one where they want the
+// split exercised; without it such calls run on the caller alone and never reach the ParallelFor.
+// Not for tests of the gate itself (test_threads' MinimumWork), which need the real default.
+class SplitAlways {
+ public:
+  SplitAlways() noexcept : saved_(rotary::detail::min_parallel_bytes_state().exchange(0)) {}
+  ~SplitAlways() { rotary::detail::min_parallel_bytes_state().store(saved_); }
+  SplitAlways(const SplitAlways&) = delete;
+  SplitAlways& operator=(const SplitAlways&) = delete;
+
+ private:
+  std::int64_t saved_;
 };
 
 }  // namespace rotary_test

@@ -156,6 +156,7 @@ TEST(Layouts, DenseEveryLayoutAndPositionModeF64) { check_layouts_for_type<doubl
 template <class T>
 void check_qk_for_type() {
   std::mt19937_64 rng(rotary_test::seed() + 1);
+  const rotary_test::SplitAlways always_split;  // small threaded calls: split them anyway
   const std::int64_t d = 64;
   const rotary::Rope<T> rope(rotary::RotarySpec(d, Pairing::half_split, 1e6), 300);
   for (auto [qh, kh] : {std::pair<std::int64_t, std::int64_t>{8, 2}, {4, 1}, {4, 4}, {3, 0}}) {
@@ -231,6 +232,7 @@ TEST(LayoutsQk, FusedQkvGqaMqaNoKeyBf16) { check_qk_for_type<rotary::bf16>(); }
 template <class T>
 void check_varlen_for_type() {
   std::mt19937_64 rng(rotary_test::seed() + 2);
+  const rotary_test::SplitAlways always_split;  // small threaded calls: split them anyway
   const std::int64_t d = 42;
   const rotary::Rope<T> rope(rotary::RotarySpec(d, Pairing::interleaved, 10000.0, 32), 400);
   for (const std::vector<std::int64_t>& lengths :
@@ -393,6 +395,7 @@ TEST(Layouts, ParallelForEqualsSerial) {
 // Cache-free ropes and the unchecked entry points go through the same path.
 TEST(Layouts, OnTheFlyAndUnchecked) {
   std::mt19937_64 rng(rotary_test::seed() + 9);
+  const rotary_test::SplitAlways always_split;  // small threaded calls: split them anyway
   const rotary::Rope<float> rope(rotary::RotarySpec(64, Pairing::interleaved, 5e5), rotary::OnTheFly{});
   const BatchShape sh{3, 40, 2, 64};
   const std::vector<std::int64_t> starts{0, 1000000, 77};

@@ -96,6 +96,7 @@ void rotate_alone(const R& r, std::vector<T>& x, std::int64_t count, std::int64_
 // (GQA: 4 query heads, 2 key heads) against each sequence alone. kr: the rotator of fused keys.
 template <class T, class R, class KR, class Pos>
 void check_batches(const R& r, const KR& kr, const Pos& pos, std::mt19937_64& rng) {
+  const rotary_test::SplitAlways always_split;  // small threaded calls: split them anyway
   const std::int64_t batch = 3;
   const std::int64_t seq = 5;
   const std::int64_t qh = 4;
@@ -142,6 +143,7 @@ void check_batches(const R& r, const KR& kr, const Pos& pos, std::mt19937_64& rn
 // Packed THD, uneven lengths with empty sequences: apply_varlen and apply_qk_varlen (padded q rows).
 template <class T, class R, class KR, class Pos>
 void check_varlen(const R& r, const KR& kr, const Pos& pos, std::mt19937_64& rng) {
+  const rotary_test::SplitAlways always_split;  // small threaded calls: split them anyway
   const std::vector<std::int64_t> lengths{3, 0, 6, 2};
   std::vector<std::int64_t> cu{0};
   for (const std::int64_t l : lengths) cu.push_back(cu.back() + l);

@@ -111,6 +111,7 @@ template <class T, class E>
 void check_layouts(std::uint64_t salt) {
   using C = rotary::compute_t<T>;
   std::mt19937_64 rng(rotary_test::seed() + salt);
+  const rotary_test::SplitAlways always_split;  // small threaded calls: split them anyway
   const std::int64_t head_dim = 40;
   const std::int64_t rotary_dim = 30;  // odd number of pairs, pass-through tail of 10
   const std::int64_t half = rotary_dim / 2;

@@ -42,6 +42,16 @@
 // the streams no pair uses point into a guard page). convert_weights.hpp has no kernels: its row
 // runs once (as the scalar case) per storage type, flush side and shape.
 //
+// The fused prologues (fusion.hpp, kv_cache.hpp) run on their own shapes (kFusedShapes: head_dim 64,
+// 128, 256 and 2, 7, 18, 34, 100, the norm kernels' register and two-pass forms). norm_rows calls
+// each ISA's per-head RMSNorm kernel of the registry directly (in place and out of place, with a
+// guarded weight and without) and requires the scalar kernel's bits; prologue runs rope_prologue
+// with q, k, v, the norm weights, the slot mapping, both caches and their scales each in a buffer of
+// exactly their extent (paged NHD and HND caches whose first and last slots are written; caches of
+// T and, for f32, int8 and fp8), with and without the norms before and after RoPE, and requires,
+// byte for byte, the unfused composition's result on heap copies. Both rows, like every row, run
+// with the minimum work per thread lowered (SplitAlways), so their threaded calls do split.
+//
 // Elsewhere: zero-sized calls on pointers into a PROT_NONE page (test_edge_cases,
 // EdgeZeroSize.NoAccessNoThrow) and a dense head-major axial multi-axis call (test_multi_axis,
 // MultiAxisStrided.HeadMajorLayoutAndGuardPages). A caller's cos/sin table (row caller_table) sits
@@ -133,6 +143,16 @@ const std::vector<Shape>& every_head_dim() {
   }();
   return v;
 }
+
+// The fused prologues' shapes (fusion.hpp): head_dim 64, 128 and 256 take the norm kernels'
+// register form, the others (2, 7, 18, 34, 100) the two-pass form with a scalar tail of 2, 7, 2, 2,
+// 4 elements; full and partial rotary_dim (pass-through tails of 1, 16, 4, 126).
+#if defined(ROTARY_TEST_EMULATED) && ROTARY_TEST_EMULATED
+const std::vector<Shape> kFusedShapes = {{7, 6}, {64, 64}, {100, 96}};
+#else
+const std::vector<Shape> kFusedShapes = {{2, 2},   {7, 6},    {18, 18},   {34, 18},
+                                         {64, 64}, {100, 96}, {128, 128}, {256, 130}};
+#endif
 
 // One run of a table row: the ISA, storage type and flush side of the sweep, and one shape (its
 // index in the row's shape list) with one pairing.
@@ -1820,7 +1840,244 @@ class Fixture {
     convert_guarded<T, Eigen::ColMajor>(flush_, 1, g_.head_dim, g_.rotary_dim);
   }
 
+  // ---- fusion.hpp and kv_cache.hpp ----
+
+  // detail/kernels/registry.hpp: this ISA's per-head RMSNorm kernel (norm_kernel_for, called
+  // directly) on 3 rows of n = head_dim values (the fused shapes: 64, 128 and 256 take the register
+  // form, the others the two-pass form with a scalar tail), dense or with padding between rows, in
+  // place and out of place, weightless and with a weight in the compute type (its own guarded
+  // buffer). Besides not faulting: the scalar kernel's bits on heap copies (test_fusion checks the
+  // scalar kernel against double), the padding, the weight and an out-of-place input unchanged.
+  void norm_rows() {
+    using Cc = C<T>;
+    const std::int64_t n = g_.head_dim;
+    const std::int64_t rows = 3;
+    const rotary::detail::NormKernel<T> kernel = rotary::detail::norm_kernel_for<T>(isa_);
+    if (kernel == nullptr) {
+      ADD_FAILURE() << where("norm_rows") << ": no norm kernel for a supported ISA";
+      return;
+    }
+    int call = 0;
+    for (const bool weighted : {false, true})
+      for (const bool in_place : {false, true}) {
+        const bool padded = call == 1 || call == 2;  // each of in place / out of place both ways
+        ++call;
+        const std::ptrdiff_t in_stride = n + (padded ? 1 : 0);
+        const std::ptrdiff_t out_stride = in_place ? in_stride : n + (padded ? 0 : 3);
+        const auto span = [n, rows](std::ptrdiff_t stride) {
+          return static_cast<std::size_t>((rows - 1) * stride + n);
+        };
+        Tensor<T> in = tensor(span(in_stride));
+        Tensor<T> out = tensor(in_place ? 0 : span(out_stride));
+        GuardedBuffer<Cc> w(weighted ? static_cast<std::size_t>(n) : 0, flush_);
+        for (std::size_t i = 0; i < w.size(); ++i)
+          w.data()[i] = static_cast<Cc>(static_cast<double>(rng_() >> 11) * 0x1p-51 - 2.0);
+        const std::vector<Cc> w_before(w.data(), w.data() + w.size());
+        rotary::detail::NormArgs<T> a;
+        a.in = in.data();
+        a.in_stride = in_stride;
+        a.out = in_place ? in.data() : out.data();
+        a.out_stride = out_stride;
+        a.rows = rows;
+        a.n = n;
+        a.weight = weighted ? w.data() : nullptr;
+        a.eps = 1e-6;
+        a.inv_n = 1.0 / static_cast<double>(n);
+        // The scalar kernel on heap copies.
+        std::vector<T> want = in_place ? in.before : out.before;
+        const std::vector<T> heap_in = in.before;
+        rotary::detail::NormArgs<T> r = a;
+        r.in = in_place ? want.data() : heap_in.data();
+        r.out = want.data();
+        r.weight = weighted ? w_before.data() : nullptr;
+        rotary::detail::scalar::norm_rows<T>(r);
+        kernel(a);
+        const std::string name = std::string("norm_rows n ") + std::to_string(n) +
+                                 (weighted ? " weighted" : "") + (padded ? " padded" : " dense") +
+                                 (in_place ? " in place" : " out of place");
+        expect_bytes(where(name), a.out, want, "the scalar kernel on heap copies gave");
+        if (!in_place) expect_untouched(where(name), in);
+        expect_bytes(where(name + " weight"), w.data(), w_before, "it was before the call");
+      }
+  }
+
+  // fusion.hpp: rope_prologue (checked; the named ops are Prologues filled in) on guarded buffers
+  // holding exactly their rows: q (rotated out of place, into padded token-major or head-major rows),
+  // k and v (a GQA pair of heads each), k rotated into a k output on some calls, the q_norm / k_norm
+  // weights, the slot mapping and the k and v caches (paged NHD and HND, exactly the cache: 2 blocks
+  // of 4 slots; the mapping {6, 7, 0, padding, 3} writes the first slot, a run into the last two and
+  // the last of block 0, so both ends of each cache are touched), for a cache of T and, for f32
+  // vectors, an int8 cache with its guarded per-row scales and an fp8 cache with guarded per-head
+  // scales (head 0 saturating). Without norm, RMSNorm before RoPE (w and 1 + w), the L2 norm after it,
+  // and both; one call of each set on 2 threads. The result must be, byte for byte (caches, scales,
+  // q and k outputs with their padding), what the unfused composition gives on heap copies on the
+  // scalar kernels (rms_norm, apply_strided, rms_norm weightless, write_kv_cache: test_fusion's
+  // contract), every input unchanged.
+  void prologue() {
+    prologue_into<T>();
+    if constexpr (std::is_same_v<T, float>) {
+      prologue_into<std::int8_t>();
+      prologue_into<rotary::fp8_e4m3>();
+    }
+  }
+
  private:
+  // got[0, want.size()) holds want's bits.
+  template <class E>
+  static void expect_bytes(const std::string& what, const E* got, const std::vector<E>& want,
+                           const char* whose) {
+    for (std::size_t i = 0; i < want.size(); ++i)
+      if (std::memcmp(static_cast<const void*>(got + i), static_cast<const void*>(&want[i]), sizeof(E))) {
+        ADD_FAILURE() << what << ": element " << i << " is not what " << whose << " "
+                      << rotary_test::seed_note();
+        return;
+      }
+  }
+
+  // A guarded buffer of n elements of a cache type E, random bytes, and a copy of them.
+  template <class E>
+  struct CacheBuffer {
+    CacheBuffer(std::size_t n, Flush flush, std::mt19937_64& rng) : buf(n, flush), before(n) {
+      auto* bytes = reinterpret_cast<unsigned char*>(buf.data());
+      for (std::size_t i = 0; i < n * sizeof(E); ++i) bytes[i] = static_cast<unsigned char>(rng());
+      if (n > 0)
+        std::memcpy(static_cast<void*>(before.data()), static_cast<const void*>(buf.data()), n * sizeof(E));
+    }
+    GuardedBuffer<E> buf;
+    std::vector<E> before;
+  };
+
+  template <class E>
+  static std::string cache_type_name() {
+    if constexpr (std::is_same_v<E, std::int8_t>) {
+      return "int8";
+    } else if constexpr (std::is_same_v<E, rotary::fp8_e4m3>) {
+      return "fp8_e4m3";
+    } else {
+      return std::string(rotary::dtype_name<E>());
+    }
+  }
+
+  template <class E>
+  void prologue_into() {
+    using rotary::CacheScales;
+    using rotary::HeadNorm;
+    using rotary::KvCacheView;
+    using rotary::NormWeight;
+    constexpr CacheScales kScales = rotary::cache_scales_of<E>();
+    const std::int64_t d = g_.head_dim;
+    const std::int64_t tokens = 5;
+    const std::int64_t kv = 2;
+    const std::int64_t blocks = 2;
+    const std::int64_t block_size = 4;
+    const std::vector<std::int64_t> mapping = {6, 7, 0, -1, 3};
+    const auto cache_size = static_cast<std::size_t>(blocks * block_size * kv * d);
+    const StridedLayout ql{tokens, kHeads, kHeads * d, d};
+    const StridedLayout kl{tokens, kv, kv * d, d};
+    for (int variant = 0; variant < 4; ++variant) {
+      const bool pre = variant % 2 == 1;
+      const bool post = variant >= 2;
+      const bool k_out = variant == 1 || variant == 2;
+      const bool hnd = variant == 1 || variant == 3;
+      const NormWeight convention = variant == 3 ? NormWeight::unit_offset : NormWeight::plain;
+      const StridedLayout qol = variant % 2 == 0 ? StridedLayout{tokens, kHeads, kHeads * (d + 1) + 2, d + 1}
+                                                 : StridedLayout{tokens, kHeads, d, tokens * d};
+      const GuardedPositions pos = positions(variant % 3, tokens);
+      Tensor<T> q = tensor(extent(ql, d));
+      Tensor<T> qo = tensor(extent(qol, d));
+      Tensor<T> k = tensor(extent(kl, d));
+      Tensor<T> ko = tensor(k_out ? extent(kl, d) : 0);
+      Tensor<T> v = tensor(extent(kl, d));
+      Tensor<T> wq = tensor(pre ? static_cast<std::size_t>(d) : 0);
+      Tensor<T> wk = tensor(pre ? static_cast<std::size_t>(d) : 0);
+      const auto slots = guarded_array<std::int64_t>(mapping, flush_);
+      CacheBuffer<E> kc(cache_size, flush_, rng_);
+      CacheBuffer<E> vc(cache_size, flush_, rng_);
+      // int8: one scale per (slot, head), written; fp8: one per head, read (head 0 saturates).
+      std::size_t scale_count = 0;
+      if (kScales == CacheScales::per_row) scale_count = static_cast<std::size_t>(blocks * block_size * kv);
+      if (kScales == CacheScales::per_head) scale_count = static_cast<std::size_t>(kv);
+      GuardedBuffer<float> ks(scale_count, flush_);
+      GuardedBuffer<float> vs(scale_count, flush_);
+      for (std::size_t i = 0; i < scale_count; ++i) {
+        const auto f = static_cast<float>(i);
+        ks.data()[i] = kScales == CacheScales::per_row ? -7.0f : (i == 0 ? 0.002f : 0.01f * f);
+        vs.data()[i] = kScales == CacheScales::per_row ? -5.0f : 0.004f * (f + 1.0f);
+      }
+      const std::vector<float> ks_before(ks.data(), ks.data() + scale_count);
+      const std::vector<float> vs_before(vs.data(), vs.data() + scale_count);
+      const auto view = [&](E* data, float* scales) {
+        return hnd ? KvCacheView<E>::paged_hnd(data, blocks, block_size, kv, d,
+                                               scale_count > 0 ? scales : nullptr)
+                   : KvCacheView<E>::paged(data, blocks, block_size, kv, d,
+                                           scale_count > 0 ? scales : nullptr);
+      };
+      const auto rms = [&](const T* w, float eps) { return HeadNorm<T>::rms(w, eps, convention); };
+      const HeadNorm<T> l2 = HeadNorm<T>::weightless(1e-6f);
+
+      rotary::Prologue<T, E, T> c;
+      c.q = q.data();
+      c.q_layout = ql;
+      c.q_out = qo.data();
+      c.q_out_layout = qol;
+      c.write_kv(k.data(), kl, v.data(), kl, view(kc.buf.data(), ks.data()), view(vc.buf.data(), vs.data()),
+                 rotary::Slots::mapping(slots->data(), tokens));
+      if (k_out) {
+        c.k_out = ko.data();
+        c.k_out_layout = kl;
+      }
+      if (pre) {
+        c.q_norm = rms(wq.data(), 1e-6f);
+        c.k_norm = rms(wk.data(), 1e-5f);
+      }
+      if (post) c.l2_after = l2;
+      const rotary::ParallelFor parallel =
+          variant == 3 ? rotary::thread_parallel_for(2) : rotary::ParallelFor{};
+      rotary::rope_prologue(rope_, c, pos.get(), parallel);
+
+      // The unfused composition on heap copies, on the scalar kernels.
+      std::vector<T> q_want = qo.before;
+      std::vector<T> k_want(k.size());
+      std::vector<E> kc_want = kc.before;
+      std::vector<E> vc_want = vc.before;
+      std::vector<float> ks_want = ks_before;
+      std::vector<float> vs_want = vs_before;
+      {
+        const IsaScope scalar(Isa::scalar);
+        std::vector<T> qn = q.before;
+        std::vector<T> kn = k.before;
+        if (pre) {
+          rotary::rms_norm(q.before.data(), ql, qn.data(), ql, d, rms(wq.before.data(), 1e-6f));
+          rotary::rms_norm(k.before.data(), kl, kn.data(), kl, d, rms(wk.before.data(), 1e-5f));
+        }
+        rotary::apply_strided(rope_, qn.data(), ql, q_want.data(), qol, Positions(pos.values()));
+        rotary::apply_strided(rope_, kn.data(), kl, k_want.data(), kl, Positions(pos.values()));
+        if (post) {
+          rotary::rms_norm(q_want.data(), qol, q_want.data(), qol, d, l2);
+          rotary::rms_norm(k_want.data(), kl, k_want.data(), kl, d, l2);
+        }
+        rotary::write_kv_cache(k_want.data(), kl, rotary::Slots(mapping),
+                               view(kc_want.data(), ks_want.data()));
+        rotary::write_kv_cache(v.before.data(), kl, rotary::Slots(mapping),
+                               view(vc_want.data(), vs_want.data()));
+      }
+
+      const std::string name =
+          "rope_prologue into a " + cache_type_name<E>() + (hnd ? " HND" : " NHD") + " cache" +
+          (pre ? (variant == 3 ? ", norm (1 + w) before" : ", norm before") : "") +
+          (post ? ", l2 after" : "") + (k_out ? ", k out" : "") + (variant == 3 ? ", 2 threads" : "");
+      const char* whose = "the unfused composition on heap copies gave";
+      expect_bytes(where(name + ": q output", &pos), qo.data(), q_want, whose);
+      if (k_out) expect_bytes(where(name + ": k output", &pos), ko.data(), k_want, whose);
+      expect_bytes(where(name + ": k cache", &pos), kc.buf.data(), kc_want, whose);
+      expect_bytes(where(name + ": v cache", &pos), vc.buf.data(), vc_want, whose);
+      expect_bytes(where(name + ": k scales", &pos), ks.data(), ks_want, whose);
+      expect_bytes(where(name + ": v scales", &pos), vs.data(), vs_want, whose);
+      for (const Tensor<T>* input : {&q, &k, &v, &wq, &wk}) expect_untouched(where(name, &pos), *input);
+      expect_bytes(where(name + ": slot mapping", &pos), slots->data(), mapping, "it was before the call");
+    }
+  }
+
   // The KernelArgs dispatch builds for one tensor of rows (input layout il, output layout ol) read
   // through this fixture's cache.
   rotary::detail::KernelArgs<T> kernel_args(const StridedLayout& il, const T* in, const StridedLayout& ol,
@@ -1878,9 +2135,9 @@ class Fixture {
 
 // ---- the table of entry points ------------------------------------------------------------------
 
-// The shapes a row meets: kTailShapes, or every_head_dim() (the kernels' own list; for rows cheap
-// enough to run on its 85 shapes).
-enum class Shapes { tails, every };
+// The shapes a row meets: kTailShapes, every_head_dim() (the kernels' own list; for rows cheap
+// enough to run on its 85 shapes) or kFusedShapes (the norm kernels' two forms).
+enum class Shapes { tails, every, fused };
 // The pairings a row meets on each shape: both, or one, alternating from shape to shape (each pairing
 // meets every other shape: for the newer headers, which reach the kernels the rows with both sweep,
 // at half the run time; a guarded buffer is 3 system calls), or only the first (no rotation).
@@ -1911,7 +2168,7 @@ struct EntryPoint {
     if constexpr (std::is_same_v<T, rotary::bf16>) return bf16;
   }
   const std::vector<Shape>& shape_list() const {
-    return shapes == Shapes::every ? every_head_dim() : kTailShapes;
+    return shapes == Shapes::every ? every_head_dim() : shapes == Shapes::fused ? kFusedShapes : kTailShapes;
   }
   bool meets(int shape_index, Pairing p) const {
     switch (pairings) {
@@ -1960,6 +2217,9 @@ const std::vector<EntryPoint>& entry_points() {
       row("linear_attention", Shapes::tails, P::alternate, Isas::every,
           [](auto& f) { f.linear_attention(); }),
       row("gradients", Shapes::tails, P::alternate, Isas::every, [](auto& f) { f.gradients(); }),
+      // fusion.hpp and kv_cache.hpp: the norm kernels of the registry, and the fused prologue
+      row("norm_rows", Shapes::fused, P::first, Isas::every, [](auto& f) { f.norm_rows(); }),
+      row("prologue", Shapes::fused, P::both, Isas::every, [](auto& f) { f.prologue(); }),
       // convert_weights.hpp (no kernels)
       row("convert_weights", Shapes::tails, P::first, Isas::none, [](auto& f) { f.convert_weights(); }),
   };
@@ -2014,6 +2274,7 @@ TEST_P(GuardPages, Sweep) {
   const EntryPoint& e = entry_points()[c.row];
   if (!rotary::isa_supported(c.isa)) GTEST_SKIP() << rotary::to_string(c.isa) << " is not supported here";
   const IsaScope scope(c.isa);
+  const rotary_test::SplitAlways always_split;  // small threaded calls: split them anyway
   for (const DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
     std::mt19937_64 rng(rotary_test::seed() + 1000 * static_cast<std::uint64_t>(c.row) +
                         7 * static_cast<std::uint64_t>(dtype) + static_cast<std::uint64_t>(c.isa));
