@@ -108,9 +108,9 @@ CpuName detect() {
   }
   unsigned brand[12] = {};
   if (__get_cpuid(0x80000004u, &a, &b, &cx, &d) != 0) {
-    for (unsigned leaf = 0; leaf < 3; ++leaf)
-      __get_cpuid(0x80000002u + leaf, &brand[4 * leaf], &brand[4 * leaf + 1], &brand[4 * leaf + 2],
-                  &brand[4 * leaf + 3]);
+    unsigned* regs = brand;  // leaves 0x80000002..4: four registers of the brand string each
+    for (unsigned leaf = 0x80000002u; leaf <= 0x80000004u; ++leaf, regs += 4)
+      __get_cpuid(leaf, regs, regs + 1, regs + 2, regs + 3);
     char text[49] = {};
     std::memcpy(text, brand, 48);
     c.brand = trim(text);

@@ -61,6 +61,8 @@ std::string render_svg(const SvgFigure& f) {
   const double decade_hi = std::max(decade_lo + 1, std::ceil(std::log10(xhi)));
   const double step = yhi > 0 ? nice_step(yhi) : 1.0;
   const double ytop = std::max(step, std::ceil(yhi / step) * step);
+  const int decades = static_cast<int>(decade_hi - decade_lo);      // whole numbers: integer loop counters
+  const int ysteps = static_cast<int>(std::lround(ytop / step));
 
   const double panel_w = 330, panel_h = 280, gap = 30, margin_left = 70;
   const double head = 40.0 + 16.0 * static_cast<double>(f.subtitles.size()) + 24;  // titles
@@ -97,7 +99,8 @@ std::string render_svg(const SvgFigure& f) {
       << "\" text-anchor=\"middle\" font-size=\"13\" font-weight=\"bold\">" << escape(p.title) << "</text>\n";
     // Grid, ticks and their labels.
     o << "<g stroke=\"#000\">\n";
-    for (double e = decade_lo; e <= decade_hi; ++e) {
+    for (int ei = 0; ei <= decades; ++ei) {
+      const double e = decade_lo + ei;
       const double x = px(std::pow(10.0, e));
       o << "<line x1=\"" << num(x) << "\" y1=\"" << top << "\" x2=\"" << num(x) << "\" y2=\"" << bottom
         << "\" stroke=\"#e4e4e4\"/>\n<line x1=\"" << num(x) << "\" y1=\"" << bottom << "\" x2=\"" << num(x)
@@ -108,20 +111,23 @@ std::string render_svg(const SvgFigure& f) {
           << bottom + 3 << "\"/>\n";
       }
     }
-    for (double y = 0; y <= ytop + 1e-9; y += step) {
+    for (int yi = 0; yi <= ysteps; ++yi) {
+      const double y = yi * step;
       o << "<line x1=\"" << left << "\" y1=\"" << num(py(y)) << "\" x2=\"" << right << "\" y2=\""
         << num(py(y)) << "\" stroke=\"#e4e4e4\"/>\n<line x1=\"" << left - 6 << "\" y1=\"" << num(py(y))
         << "\" x2=\"" << left << "\" y2=\"" << num(py(y)) << "\"/>\n";
     }
     o << "</g>\n<g>\n";
-    for (double e = decade_lo; e <= decade_hi; ++e) {
+    for (int ei = 0; ei <= decades; ++ei) {
+      const double e = decade_lo + ei;
       char label[32];
       std::snprintf(label, sizeof label, "%.0f", std::pow(10.0, e));
       o << "<text x=\"" << num(px(std::pow(10.0, e))) << "\" y=\"" << bottom + 20
         << "\" text-anchor=\"middle\">" << label << "</text>\n";
     }
     if (pi == 0) {
-      for (double y = 0; y <= ytop + 1e-9; y += step) {
+      for (int yi = 0; yi <= ysteps; ++yi) {
+        const double y = yi * step;
         char label[32];
         std::snprintf(label, sizeof label, "%g", y);
         o << "<text x=\"" << left - 9 << "\" y=\"" << num(py(y) + 4) << "\" text-anchor=\"end\">" << label
@@ -140,8 +146,15 @@ std::string render_svg(const SvgFigure& f) {
         if (!(s.x[i] > 0) || !std::isfinite(s.y[i])) continue;
         const std::string x = num(px(s.x[i]));
         const std::string y = num(py(s.y[i]));
-        points += (points.empty() ? "" : " ") + x + "," + y;
-        markers += "<circle cx=\"" + x + "\" cy=\"" + y + "\" r=\"2.6\"/>";
+        if (!points.empty()) points += ' ';
+        points += x;
+        points += ',';
+        points += y;
+        markers += "<circle cx=\"";
+        markers += x;
+        markers += "\" cy=\"";
+        markers += y;
+        markers += "\" r=\"2.6\"/>";
       }
       o << "<polyline fill=\"none\" stroke-width=\"1.8\" stroke=\"" << s.color << '"'
         << (s.dashed ? " stroke-dasharray=\"6 4\"" : "") << " points=\"" << points << "\"/>\n"
@@ -155,7 +168,7 @@ std::string render_svg(const SvgFigure& f) {
     const std::vector<SvgSeries>& series = f.panels.front().series;
     for (std::size_t i = 0; i < series.size(); ++i) {
       const double x = margin_left + static_cast<double>(i % 2) * 360;
-      const double y = bottom + 62 + 20 * static_cast<double>(i / 2);
+      const double y = bottom + 62 + 20 * static_cast<double>(i / 2);  // NOLINT(bugprone-integer-division): rows
       const SvgSeries& s = series[i];
       o << "<line x1=\"" << x << "\" y1=\"" << y << "\" x2=\"" << x + 30 << "\" y2=\"" << y << "\" stroke=\""
         << s.color << "\" stroke-width=\"2\"" << (s.dashed ? " stroke-dasharray=\"6 4\"" : "") << "/>\n"
