@@ -20,6 +20,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -336,13 +337,17 @@ std::ptrdiff_t huge_stride(Source& in) {
 // ---- threads ------------------------------------------------------------------------------------
 
 // A serial ParallelFor that splits [0, n) into `parts` ranges and runs them last first (any order
-// must do), recording the ranges.
+// must do), recording the ranges. From the first get() with parts > 0 until it is destroyed, calls
+// split however small (SplitAlways): the fuzzers' shapes are far below the minimum work per thread,
+// which would otherwise run every call on the caller alone and never reach this ParallelFor.
 struct ChunkedFor {
   int parts = 0;  // 0: no ParallelFor at all
   std::vector<std::pair<std::int64_t, std::int64_t>> ranges;
+  std::unique_ptr<rotary_test::SplitAlways> always_split = nullptr;
 
   rotary::ParallelFor get() {
     if (parts == 0) return {};
+    if (!always_split) always_split = std::make_unique<rotary_test::SplitAlways>();
     return [this](std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& body) {
       ranges.clear();
       const std::int64_t p = std::max<std::int64_t>(1, std::min<std::int64_t>(parts, n));
