@@ -406,7 +406,8 @@ class PrologueRunner {
     s.out_head_stride = head_stride;
   }
 
-  // Tokens [t, e): slots slot, slot + 1, .. (all >= 0), or all padding (slot < 0).
+  // Tokens [t, e): k_cache slots slot, slot + 1, .. (all >= 0), or all padding (slot < 0); runs are cut
+  // by the k cache's slots when there is one, else by the v cache's.
   void chunk(const RowSource<compute_t<T>>& rows, std::int64_t t, std::int64_t e, std::int64_t slot) {
     const std::int64_t n = e - t;
     const bool q = c_.q_layout.heads > 0;
@@ -455,12 +456,15 @@ class PrologueRunner {
                       inverse_head_scale(c_.k_cache, h));
       }
     }
-    if (slot >= 0 && c_.has_v_cache())
-      for (std::int64_t i = 0; i < n; ++i)
+    if (c_.has_v_cache())  // v's own slots: per-sequence slots depend on the cache's block size
+      for (std::int64_t i = 0; i < n; ++i) {
+        const std::int64_t v_slot = c_.slots.slot(t + i, c_.v_cache.block_size);
+        if (v_slot < 0) continue;
         for (std::int64_t h = 0; h < c_.v_layout.heads; ++h)
-          store_row(c_.v_cache.row(slot + i, h),
+          store_row(c_.v_cache.row(v_slot, h),
                     c_.v + (t + i) * c_.v_layout.token_stride + h * c_.v_layout.head_stride, c_.v_cache.head_dim,
-                    c_.v_cache.row_scale(slot + i, h), inverse_head_scale(c_.v_cache, h));
+                    c_.v_cache.row_scale(v_slot, h), inverse_head_scale(c_.v_cache, h));
+      }
   }
 
   const Prologue<T, E, W>& c_;

@@ -17,8 +17,9 @@
 // Element types E and their rounding (one definition, used by the fused and the unfused writes):
 //   float, f16, bf16 (and double for double vectors): round to nearest even (detail/convert.hpp).
 //   std::int8_t: symmetric, one scale per (slot, head) row, written to scales[slot * heads + head]:
-//                scale = absmax / 127 and q = clamp(round_half_even(x * (127 / absmax)), -127, 127),
-//                both quotients computed in double and rounded to f32 once; an all-zero row gets scale
+//                scale = absmax / 127 (in double, rounded to f32 once) and
+//                q = clamp(round_half_even(x * (127 / absmax)), -127, 127) in double (no overflow for
+//                any f32 absmax, subnormal ones included); an all-zero row gets scale
 //                0 and zeros; a row holding NaN or infinity gets scale NaN (it dequantizes to NaN,
 //                never to plausible numbers) and zeros.
 //   fp8_e4m3:    OCP FP8 E4M3 (bias 7, no infinities, max 448), one scale per head read from
@@ -33,6 +34,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -60,6 +62,12 @@ inline std::uint32_t round_half_even(float a) noexcept {
   const auto whole = static_cast<std::uint32_t>(a);
   const float rest = a - static_cast<float>(whole);  // exact
   return whole + (rest > 0.5f || (rest == 0.5f && (whole & 1u) != 0) ? 1u : 0u);
+}
+// The same for 0 <= a < 2^52.
+inline std::uint64_t round_half_even(double a) noexcept {
+  const auto whole = static_cast<std::uint64_t>(a);
+  const double rest = a - static_cast<double>(whole);  // exact
+  return whole + (rest > 0.5 || (rest == 0.5 && (whole & 1u) != 0) ? 1u : 0u);
 }
 }  // namespace detail
 
@@ -160,9 +168,12 @@ struct KvCacheView {
   E* row(std::int64_t slot, std::int64_t head) const noexcept {
     return data + slot / block_size * block_stride + slot % block_size * slot_stride + head * head_stride;
   }
-  // int8: the scale of row (slot, head); fp8: the scale of head.
+  // int8: the scale of row (slot, head); fp8: the scale of head; other types: null (no arithmetic on
+  // their null scales pointer).
   float* row_scale(std::int64_t slot, std::int64_t head) const noexcept {
-    return cache_scales_of<E>() == CacheScales::per_row ? scales + slot * heads + head : scales + head;
+    if constexpr (cache_scales_of<E>() == CacheScales::per_row) return scales + slot * heads + head;
+    else if constexpr (cache_scales_of<E>() == CacheScales::per_head) return scales + head;
+    else return nullptr;
   }
   // First and one-past-last element the view spans.
   detail::Extent extent() const noexcept {
@@ -200,8 +211,9 @@ struct KvCacheView {
                                           : "fp8 KV cache needs scales: one float per head";
     if (kind == CacheScales::per_head)
       for (std::int64_t h = 0; h < heads; ++h)
-        if (!(detail::finite(scales[h]) && scales[h] > 0.0f))
-          return concat("fp8 KV cache scales[", h, "] (", scales[h], ") must be finite and > 0");
+        if (!(detail::finite(scales[h]) && scales[h] >= std::numeric_limits<float>::min()))
+          return concat("fp8 KV cache scales[", h, "] (", scales[h],
+                        ") must be finite and > 0, and not subnormal (1 / scale must be finite)");
     return {};
   }
 };
@@ -323,11 +335,11 @@ void store_row(E* out, const T* in, std::int64_t n, float* scale, float inv_scal
       return;
     }
     *scale = exact_quotient(absmax, 127.0f);
-    const float inv = exact_quotient(127.0f, absmax);
+    const double inv = strict_div(127.0, static_cast<double>(absmax));  // finite: absmax >= 2^-149
     for (std::int64_t i = 0; i < n; ++i) {
-      const float v = static_cast<float>(to_compute(in[i])) * inv;  // |v| <= 127 (+ rounding)
-      const auto q = static_cast<std::int32_t>(std::min(127u, round_half_even(std::fabs(v))));
-      out[i] = static_cast<std::int8_t>(v < 0.0f ? -q : q);
+      const double v = static_cast<double>(to_compute(in[i])) * inv;  // |v| <= 127 (+ rounding)
+      const auto q = static_cast<std::int32_t>(std::min<std::uint64_t>(127u, round_half_even(std::fabs(v))));
+      out[i] = static_cast<std::int8_t>(v < 0.0 ? -q : q);
     }
   } else if constexpr (std::is_same_v<E, fp8_e4m3>) {
     for (std::int64_t i = 0; i < n; ++i) out[i] = to_fp8_e4m3(static_cast<float>(to_compute(in[i])) * inv_scale);

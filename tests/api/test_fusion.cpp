@@ -119,9 +119,9 @@ TEST(Int8Rows, ScaleIsAbsmaxOver127AndRoundingIsHalfEven) {
     double absmax = 0.0;
     for (float v : x) absmax = std::max(absmax, std::fabs(static_cast<double>(v)));
     ASSERT_EQ(scale, static_cast<float>(absmax / 127.0));
-    const auto inv = static_cast<float>(127.0 / absmax);
+    const double inv = 127.0 / absmax;
     for (std::size_t i = 0; i < 64; ++i) {
-      const double q = std::nearbyint(static_cast<double>(x[i] * inv));  // default mode: half even
+      const double q = std::nearbyint(static_cast<double>(x[i]) * inv);  // default mode: half even
       ASSERT_EQ(out[i], static_cast<std::int8_t>(std::clamp(q, -127.0, 127.0))) << i;
       ASSERT_LE(std::fabs(out[i] * static_cast<double>(scale) - x[i]), 0.5 * scale * (1 + 1e-6) + 1e-12);
     }
@@ -131,6 +131,11 @@ TEST(Int8Rows, ScaleIsAbsmaxOver127AndRoundingIsHalfEven) {
   rotary::detail::store_row(out.data(), zeros.data(), 4, &scale, 1.0f);
   EXPECT_EQ(scale, 0.0f);
   EXPECT_EQ(out, std::vector<std::int8_t>(4, 0));
+  // A subnormal absmax: 127 / absmax overflows f32 but not the double the rows are scaled in.
+  const float d = std::numeric_limits<float>::denorm_min();
+  const std::vector<float> tiny = {d, -d, 0.0f, 2 * d};
+  rotary::detail::store_row(out.data(), tiny.data(), 4, &scale, 1.0f);
+  EXPECT_EQ(out, (std::vector<std::int8_t>{64, -64, 0, 127}));  // 63.5 rounds to even
   const std::vector<float> bad = {1.0f, std::numeric_limits<float>::quiet_NaN(), 2.0f, 3.0f};
   rotary::detail::store_row(out.data(), bad.data(), 4, &scale, 1.0f);
   EXPECT_TRUE(std::isnan(scale));  // the row dequantizes to NaN, never to plausible numbers
@@ -362,7 +367,10 @@ void check_composition(const Shape& s, Pairing pairing, const Options& o, std::m
       c.k_norm = rms_k;
     }
     if (post) c.l2_after = l2;
-    rotary::rope_prologue(rope, c, Positions(positions), parallel);
+    {
+      const rotary_test::SplitAlways split;  // the small shapes split too
+      rotary::rope_prologue(rope, c, Positions(positions), parallel);
+    }
     EXPECT_TRUE(same_bytes(q_out, ref_q)) << "q";
     if (o.k_out) {
       EXPECT_TRUE(same_bytes(k_out, ref_krot)) << "k output";
@@ -619,6 +627,9 @@ TEST(FusedErrors, RefusesBadCallsWithClearMessages) {
   std::vector<float> bad_scales = {1.0f, 0.0f};
   expect_error([&] { KvCacheView<fp8_e4m3>::paged(k8f.data(), 2, 4, H, D, bad_scales.data()); },
                {"fp8 KV cache scales[1] (0)", "> 0"});
+  bad_scales[1] = 1e-40f;  // subnormal: 1 / scale would be infinite
+  expect_error([&] { KvCacheView<fp8_e4m3>::paged(k8f.data(), 2, 4, H, D, bad_scales.data()); },
+               {"fp8 KV cache scales[1]", "not subnormal"});
   expect_error([&] { KvCacheView<float>::strided(kc.data(), 2, 4, H, D, 64, 8, 4); }, {"rows of one block overlap"});
   expect_error([&] { call({0, 1, 2}, kv, KvCacheView<float>::paged(vc.data(), 1, 4, H, 16)); },
                {"v rows overlap"});  // v's rows read as 16 wide

@@ -168,7 +168,9 @@ inline C reduce_accumulators(const C* acc) noexcept {
 // swap them for reciprocal approximations that would differ between ISAs.
 template <class C>
 inline C norm_factor(C sum, double inv_n, double eps) noexcept {
-  return static_cast<C>(strict_div(1.0, std::sqrt(static_cast<double>(sum) * inv_n + eps)));
+  // strict_add(strict_mul(..)): a compiler contracting sum * inv_n + eps into one fma in the FMA-enabled
+  // kernels (and not in the scalar one) would make the ISAs differ in the last bit.
+  return static_cast<C>(strict_div(1.0, std::sqrt(strict_add(strict_mul(static_cast<double>(sum), inv_n), eps))));
 }
 
 }  // namespace rotary::detail
