@@ -237,7 +237,7 @@ void register_mla_cases(const char* dtype, std::int64_t tokens) {
       st->k_cache.assign(static_cast<std::size_t>(blocks * kBlockSize * (L + R)), T(0));
       const auto cache = KvCacheView<T>::paged(st->k_cache.data(), blocks, kBlockSize, 1, L + R);
       if (fused)
-        return [st, cache, pos, H, N, L, R] {
+        return [=] {
           rotary::mla_rope(st->rope, st->q.data(), rotary::MlaQuery{st->tokens, H, N}, st->kv.data() + L, L + R,
                            st->kv.data(), L + R, pos, Slots(st->slots), cache, false);
         };
@@ -249,7 +249,7 @@ void register_mla_cases(const char* dtype, std::int64_t tokens) {
                                                   L + R, L);
       const auto k_pe = KvCacheView<T>::strided(st->k_cache.data() + L, blocks, kBlockSize, 1, R,
                                                 kBlockSize * (L + R), L + R, R);
-      return [st, ql, kl, tl, ll, latent, k_pe, pos, N, L] {
+      return [=] {
         rotary::apply_strided(st->rope, st->q.data() + N, ql, pos);
         rotary::apply_strided(st->rope, st->kv.data() + L, kl, st->k_tmp.data(), tl, pos);
         rotary::write_kv_cache(st->kv.data(), ll, Slots(st->slots), latent);

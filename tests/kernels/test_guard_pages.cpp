@@ -1851,7 +1851,7 @@ class Fixture {
   void norm_rows() {
     using Cc = C<T>;
     const std::int64_t n = g_.head_dim;
-    const std::int64_t rows = 3;
+    constexpr std::int64_t rows = 3;
     const rotary::detail::NormKernel<T> kernel = rotary::detail::norm_kernel_for<T>(isa_);
     if (kernel == nullptr) {
       ADD_FAILURE() << where("norm_rows") << ": no norm kernel for a supported ISA";
@@ -1864,7 +1864,7 @@ class Fixture {
         ++call;
         const std::ptrdiff_t in_stride = n + (padded ? 1 : 0);
         const std::ptrdiff_t out_stride = in_place ? in_stride : n + (padded ? 0 : 3);
-        const auto span = [n, rows](std::ptrdiff_t stride) {
+        const auto span = [n](std::ptrdiff_t stride) {
           return static_cast<std::size_t>((rows - 1) * stride + n);
         };
         Tensor<T> in = tensor(span(in_stride));
