@@ -44,7 +44,8 @@ using rotary::StridedLayout;
 
 template <class T>
 bool same_bytes(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+  // memcmp's pointers must be non-null even for zero bytes; an empty vector's data() may be null.
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
 }
 
 // ---- fp8 and int8 rounding -----------------------------------------------------------------------

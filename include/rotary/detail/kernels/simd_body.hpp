@@ -570,8 +570,9 @@ ROTARY_KERNEL_INLINE void norm_rows_registers(const NormArgs<typename S::T>& a, 
     for (int v = 0; v < kVectors; ++v) acc[g][v] = CS::set1(C(0));
 #pragma GCC unroll 16
     for (int k = 0; k < K; ++k) {
-      xv[g][k] = S::load(x + std::int64_t{k} * S::L);
-      acc[g][k % kVectors] = S::fmadd(xv[g][k], xv[g][k], acc[g][k % kVectors]);
+      const V loaded = S::load(x + std::int64_t{k} * S::L);
+      xv[g][k] = loaded;
+      acc[g][k % kVectors] = S::fmadd(loaded, loaded, acc[g][k % kVectors]);
     }
   }
 #pragma GCC unroll 4
