@@ -31,6 +31,7 @@
 #ifndef ROTARY_FUSION_HPP
 #define ROTARY_FUSION_HPP
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -325,33 +326,42 @@ struct PrologueKernels {
 
 // Tokens of a call in chunks: a run of tokens whose cache slots are consecutive in one block (or
 // padding alike) goes through the rotation kernel in one call, its key rows written straight into
-// the cache when nothing comes between (same type, no norm after RoPE). Steps that need a token's
-// rows first (a norm before RoPE, deinterleaving) fill per-thread scratch rows of kChunk tokens;
-// steps after it (the L2 norm, a conversion or quantization into the cache) read them from there.
+// the cache when nothing comes between (same type, no norm after RoPE). A norm before RoPE writes
+// its rows into the rows RoPE writes, which are then rotated in place while still in L1;
+// deinterleaving fills per-thread scratch rows of kChunk tokens; steps after RoPE (the L2 norm, a
+// conversion or quantization into the cache) read its rows from scratch rows too.
 template <class T, class E, class W>
 class PrologueRunner {
  public:
   static constexpr std::int64_t kChunk = 4;  // tokens per scratch chunk (~80 KiB of f32 rows for 40 heads x 128)
+  static constexpr std::int64_t kNormChunkBytes = std::int64_t{24} * 1024;  // rows normalized, then rotated while in L1
 
   PrologueRunner(const Prologue<T, E, W>& c, const PrologueKernels<T>& kernels, std::int64_t head_dim,
                  std::int64_t rotary_dim, Pairing pairing)
       : c_(c), kern_(kernels), d_(head_dim), r_(rotary_dim), pairing_(pairing) {
-    pre_q_ = c.q_layout.heads > 0 && (c.q_norm.enabled || c.deinterleave);
-    pre_k_ = c.k_layout.heads > 0 && (c.k_norm.enabled || c.deinterleave);
+    pre_q_ = c.q_layout.heads > 0 && c.deinterleave;
+    pre_k_ = c.k_layout.heads > 0 && c.deinterleave;
     k_direct_ = std::is_same_v<E, T> && !c.l2_after.enabled;
     k_scratch_out_ = c.k_layout.heads > 0 && c.k_out_layout.heads == 0 && !k_direct_;
     if (pre_q_) q_in_.resize(static_cast<std::size_t>(kChunk * c.q_layout.heads * d_));
     if (pre_k_) k_in_.resize(static_cast<std::size_t>(kChunk * c.k_layout.heads * d_));
     if (k_scratch_out_) k_out_.resize(static_cast<std::size_t>(kChunk * c.k_layout.heads * d_));
     block_size_ = c.has_k_cache() ? c.k_cache.block_size : c.has_v_cache() ? c.v_cache.block_size : 0;
+    // A norm before RoPE writes its rows where RoPE then rotates them in place: chunks of as many
+    // tokens as keep those rows in L1 between the two steps.
+    if (c.q_norm.enabled || c.k_norm.enabled) {
+      const std::int64_t bytes = (c.q_layout.heads + c.k_layout.heads) * d_ * static_cast<std::int64_t>(sizeof(T));
+      norm_chunk_ = std::clamp<std::int64_t>(kNormChunkBytes / std::max<std::int64_t>(bytes, 1), 1, kChunk);
+    }
   }
 
   void run(const RowSource<compute_t<T>>& rows, std::int64_t t0, std::int64_t t1) {
     const bool scratch = pre_q_ || pre_k_ || k_scratch_out_;
+    const std::int64_t per_chunk = norm_chunk_ > 0 ? norm_chunk_ : scratch ? kChunk : t1 - t0;
     std::int64_t t = t0;
     while (t < t1) {
       const std::int64_t slot = slot_of(t);
-      const std::int64_t limit = scratch ? std::min(t1, t + kChunk) : t1;
+      const std::int64_t limit = std::min(t1, t + per_chunk);
       std::int64_t e = t + 1;
       if (block_size_ > 0) {
         for (; e < limit; ++e) {
@@ -373,9 +383,9 @@ class PrologueRunner {
     return block_size_ > 0 ? c_.slots.slot(t, block_size_) : -1;
   }
 
-  // Input rows of tokens [t, t + n): the caller's, or scratch rows normalized / deinterleaved first.
-  StreamArgs<T> input(const T* x, const StridedLayout& l, const PreparedNorm<T>& norm, bool pre,
-                      std::vector<T>& scratch, std::int64_t t, std::int64_t n) const {
+  // Input rows of tokens [t, t + n): the caller's, or scratch rows deinterleaved first.
+  StreamArgs<T> input(const T* x, const StridedLayout& l, bool pre, std::vector<T>& scratch, std::int64_t t,
+                      std::int64_t n) const {
     StreamArgs<T> s;
     s.heads = l.heads;
     const T* first = x + t * l.token_stride;
@@ -388,11 +398,7 @@ class PrologueRunner {
     for (std::int64_t i = 0; i < n; ++i) {
       T* rows = scratch.data() + i * l.heads * d_;
       const T* src = first + i * l.token_stride;
-      if (norm.enabled) {
-        norm.run(kern_.norm, src, l.head_stride, rows, d_, l.heads, d_);
-      } else {
-        for (std::int64_t h = 0; h < l.heads; ++h) deinterleave_row(src + h * l.head_stride, rows + h * d_, d_, r_);
-      }
+      for (std::int64_t h = 0; h < l.heads; ++h) deinterleave_row(src + h * l.head_stride, rows + h * d_, d_, r_);
     }
     s.in = scratch.data();
     s.in_token_stride = l.heads * d_;
@@ -404,6 +410,18 @@ class PrologueRunner {
     s.out = out;
     s.out_token_stride = token_stride;
     s.out_head_stride = head_stride;
+  }
+
+  // A norm before RoPE: the n tokens' rows normalized from the stream's input into its output rows,
+  // which RoPE then rotates in place (the unfused composition's rounding to T included).
+  void norm_into_out(StreamArgs<T>& s, const PreparedNorm<T>& norm, std::int64_t n) const noexcept {
+    if (!norm.enabled) return;
+    for (std::int64_t i = 0; i < n; ++i)
+      norm.run(kern_.norm, s.in + i * s.in_token_stride, s.in_head_stride, s.out_row(i, 0), s.out_head_stride,
+               s.heads, d_);
+    s.in = s.out;
+    s.in_token_stride = s.out_token_stride;
+    s.in_head_stride = s.out_head_stride;
   }
 
   // Tokens [t, e): k_cache slots slot, slot + 1, .. (all >= 0), or all padding (slot < 0); runs are cut
@@ -423,12 +441,13 @@ class PrologueRunner {
       a.pairing = pairing_;
       a.rows = rows.skip(t);
       if (q) {
-        a.q = input(c_.q, c_.q_layout, kern_.q_norm, pre_q_, q_in_, t, n);
+        a.q = input(c_.q, c_.q_layout, pre_q_, q_in_, t, n);
         set_out(a.q, c_.q_out + t * c_.q_out_layout.token_stride, c_.q_out_layout.token_stride,
                 c_.q_out_layout.head_stride);
+        norm_into_out(a.q, kern_.q_norm, n);
       }
       if (k) {
-        a.k = input(c_.k, c_.k_layout, kern_.k_norm, pre_k_, k_in_, t, n);
+        a.k = input(c_.k, c_.k_layout, pre_k_, k_in_, t, n);
         if (k_out)
           set_out(a.k, c_.k_out + t * c_.k_out_layout.token_stride, c_.k_out_layout.token_stride,
                   c_.k_out_layout.head_stride);
@@ -436,6 +455,7 @@ class PrologueRunner {
           set_out(a.k, reinterpret_cast<T*>(c_.k_cache.row(slot, 0)), c_.k_cache.slot_stride, c_.k_cache.head_stride);
         else
           set_out(a.k, k_out_.data(), hk * d_, d_);
+        norm_into_out(a.k, kern_.k_norm, n);
       }
       const StreamArgs<T> q_stream = a.q;
       const StreamArgs<T> k_stream = a.k;
@@ -477,6 +497,7 @@ class PrologueRunner {
   bool pre_k_ = false;
   bool k_direct_ = false;
   bool k_scratch_out_ = false;
+  std::int64_t norm_chunk_ = 0;  // tokens per chunk with a norm before RoPE (0: none)
   std::vector<T> q_in_;
   std::vector<T> k_in_;
   std::vector<T> k_out_;
