@@ -19,6 +19,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <new>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -42,9 +43,26 @@ constexpr std::int64_t kBlockSize = 16;
 constexpr std::int64_t kFirstSlot = 1024;  // prefill continues a sequence: slots and positions from here
 constexpr std::int64_t kTokenCounts[] = {1, 16, 512};
 
+// Tensors 64-byte aligned, as engines allocate them (PyTorch's CPU allocator, ggml, ONNX Runtime):
+// std::vector's 16 bytes would put every 64-byte vector access of a kernel across two cache lines.
 template <class T>
-std::vector<T> random_values(std::size_t n, std::uint32_t seed) {
-  std::vector<T> v(n);
+struct Aligned64 {
+  using value_type = T;
+  static constexpr std::align_val_t kAlign{64};
+  Aligned64() = default;
+  template <class U>
+  explicit Aligned64(const Aligned64<U>&) noexcept {}
+  T* allocate(std::size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), kAlign)); }
+  void deallocate(T* p, std::size_t) noexcept { ::operator delete(p, kAlign); }
+  friend bool operator==(const Aligned64&, const Aligned64&) noexcept { return true; }
+  friend bool operator!=(const Aligned64&, const Aligned64&) noexcept { return false; }
+};
+template <class T>
+using Tensor = std::vector<T, Aligned64<T>>;
+
+template <class T>
+Tensor<T> random_values(std::size_t n, std::uint32_t seed) {
+  Tensor<T> v(n);
   fill_random(v.data(), n, seed);
   return v;
 }
@@ -54,8 +72,8 @@ std::vector<T> random_values(std::size_t n, std::uint32_t seed) {
 // iteration, and after a few hundred iterations most of the rows would be subnormal, whose
 // arithmetic is many times slower than that of the fresh activations an engine normalizes once.
 template <class T>
-std::vector<T> unit_weights(std::size_t n, std::uint32_t seed) {
-  std::vector<T> w = random_values<T>(n, seed);
+Tensor<T> unit_weights(std::size_t n, std::uint32_t seed) {
+  Tensor<T> w = random_values<T>(n, seed);
   for (T& x : w) x = T(static_cast<float>(x) < 0.0f ? -1.0f : 1.0f);
   return w;
 }
@@ -66,10 +84,9 @@ struct Setup {
   std::int64_t tokens;
   FusionShape s;
   rotary::Rope<T> rope;
-  std::vector<T> q, k, v, kv, qkv, weight_q, weight_k, k_tmp;
-  std::vector<T> k_cache, v_cache;
+  Tensor<T> q, k, v, kv, qkv, weight_q, weight_k, k_tmp;
+  Tensor<T> k_cache, v_cache;
   std::vector<std::int64_t> slots;
-  std::vector<unsigned char> copy_from, copy_to;
 
   Setup(std::int64_t t, const FusionShape& shape, std::int64_t rope_dim)
       : tokens(t), s(shape), rope(rotary::RotarySpec(rope_dim, rotary::Pairing::half_split), kFirstSlot + 1024) {
@@ -119,8 +136,8 @@ void add(const std::string& name, std::int64_t bytes, const std::function<Runner
 
 // The memcpy row of an op: half the op's bytes, copied once.
 Runner memcpy_runner(std::int64_t bytes) {
-  auto from = std::make_shared<std::vector<unsigned char>>(static_cast<std::size_t>(bytes / 2), 1);
-  auto to = std::make_shared<std::vector<unsigned char>>(static_cast<std::size_t>(bytes / 2) + 2048, 0);
+  auto from = std::make_shared<Tensor<unsigned char>>(static_cast<std::size_t>(bytes / 2), 1);
+  auto to = std::make_shared<Tensor<unsigned char>>(static_cast<std::size_t>(bytes / 2) + 2048, 0);
   return [from, to] { std::memcpy(to->data() + 2048, from->data(), from->size()); };
 }
 

@@ -552,50 +552,59 @@ ROTARY_KERNEL_INLINE void scale_row(const typename S::T* x, typename S::T* y, co
   }
 }
 
-// G rows of exactly K vectors each (K * L a multiple of 16): loaded once, kept in registers; the G
-// rows' sums and factors are independent chains that overlap (one row alone would expose the
-// latency of its reduction and factor, ~100 cycles, to every row).
-template <class S, int K, int G>
-ROTARY_KERNEL_INLINE void norm_rows_registers(const NormArgs<typename S::T>& a, std::int64_t r0) noexcept {
+// B rows of exactly K vectors each (K * L a multiple of 16): first the B rows' sums and factors
+// (B independent chains of fma, reduction, sqrt and division that overlap), then each row read again
+// (from L1) and scaled. Keeping a row in registers and scaling it as soon as its factor is known
+// is slower: its multiplies wait ~100 cycles for the factor and fill the scheduler, so the next
+// rows cannot start (f32, 128 values, Zen 4: 54 cycles per row, against 46 this way).
+template <class S, int K, int B, bool kWeighted>
+ROTARY_KERNEL_INLINE void norm_rows_batch(const NormArgs<typename S::T>& a, std::int64_t r0) noexcept {
   using C = typename S::C;
   using V = typename S::V;
   using CS = NormLanes<S>;
   constexpr int kVectors = kNormAccumulators / S::L;
-  V xv[std::size_t{G}][std::size_t{K}];
-  V acc[std::size_t{G}][std::size_t{kVectors}];
-  V fv[std::size_t{G}];
+  C f[std::size_t{B}];
 #pragma GCC unroll 4
-  for (int g = 0; g < G; ++g) {
+  for (int g = 0; g < B; ++g) {
     const typename S::T* x = a.in + (r0 + g) * a.in_stride;
-    for (int v = 0; v < kVectors; ++v) acc[g][v] = CS::set1(C(0));
+    V acc[std::size_t{kVectors}];
+    for (int v = 0; v < kVectors; ++v) acc[v] = CS::set1(C(0));
 #pragma GCC unroll 16
     for (int k = 0; k < K; ++k) {
-      const V loaded = S::load(x + std::int64_t{k} * S::L);
-      xv[g][k] = loaded;
-      acc[g][k % kVectors] = S::fmadd(loaded, loaded, acc[g][k % kVectors]);
+      const V xv = S::load(x + std::int64_t{k} * S::L);
+      acc[k % kVectors] = S::fmadd(xv, xv, acc[k % kVectors]);
     }
+    f[g] = norm_factor(reduce_vectors<S>(acc), a.inv_n, a.eps);
   }
 #pragma GCC unroll 4
-  for (int g = 0; g < G; ++g) fv[g] = CS::set1(norm_factor(reduce_vectors<S>(acc[g]), a.inv_n, a.eps));
-#pragma GCC unroll 4
-  for (int g = 0; g < G; ++g) {
+  for (int g = 0; g < B; ++g) {
+    const typename S::T* x = a.in + (r0 + g) * a.in_stride;
     typename S::T* y = a.out + (r0 + g) * a.out_stride;
+    const V fv = CS::set1(f[g]);
 #pragma GCC unroll 16
     for (int k = 0; k < K; ++k) {
-      V v = S::mul(xv[g][k], fv[g]);
-      if (a.weight != nullptr) v = S::mul(v, CS::load(a.weight + std::int64_t{k} * S::L));
+      V v = S::mul(S::load(x + std::int64_t{k} * S::L), fv);
+      if constexpr (kWeighted) v = S::mul(v, CS::load(a.weight + std::int64_t{k} * S::L));
       S::store(y + std::int64_t{k} * S::L, v);
     }
   }
 }
 
-// Rows [0, a.rows) of K vectors: two at a time while their registers fit (2K <= 16), else one.
+// Rows [0, a.rows) of K vectors: four at a time, then one by one.
+template <class S, int K, bool kWeighted>
+ROTARY_KERNEL_INLINE void norm_rows_batches(const NormArgs<typename S::T>& a) noexcept {
+  constexpr int kBatch = 4;
+  std::int64_t r = 0;
+  for (; r + kBatch <= a.rows; r += kBatch) norm_rows_batch<S, K, kBatch, kWeighted>(a, r);
+  for (; r < a.rows; ++r) norm_rows_batch<S, K, 1, kWeighted>(a, r);
+}
+
 template <class S, int K>
 ROTARY_KERNEL_INLINE void norm_rows_of(const NormArgs<typename S::T>& a) noexcept {
-  std::int64_t r = 0;
-  if constexpr (2 * K <= 16)
-    for (; r + 2 <= a.rows; r += 2) norm_rows_registers<S, K, 2>(a, r);
-  for (; r < a.rows; ++r) norm_rows_registers<S, K, 1>(a, r);
+  if (a.weight != nullptr)
+    norm_rows_batches<S, K, true>(a);
+  else
+    norm_rows_batches<S, K, false>(a);
 }
 
 // Any row: the sum over whole groups of 16, a scalar tail into the stored accumulators, then the
@@ -624,7 +633,7 @@ ROTARY_KERNEL_INLINE void norm_row_two_pass(const typename S::T* x, typename S::
   scale_row<S>(x, y, a.weight, 0, a.n, norm_factor(reduce_accumulators(sums), a.inv_n, a.eps));
 }
 
-// Rows of the common head_dims (64, 128, 256 values: 16 vectors at most) take the register form.
+// Rows of the common head_dims (64, 128, 256 values: 16 vectors at most) take the batched form.
 template <class S>
 ROTARY_KERNEL_TARGET void norm_rows_impl(const NormArgs<typename S::T>& a) noexcept {
   static_assert(kNormAccumulators % S::L == 0, "16 accumulators in whole vectors");
