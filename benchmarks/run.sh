@@ -72,11 +72,6 @@ stage 6 "writing $results/summary.txt" write_results
 echo >&2
 cat "$results/summary.txt"
 echo
-echo "results in $results/ ($((SECONDS - start)) s in all):"
-echo "  summary.txt     this summary"
-echo "  results.csv     one row per case (GB/s, x memcpy, CPU)"
-echo "  throughput.svg  GB/s against tokens, dispatch and memcpy per dtype and pairing"
-echo "  bench.json      Google Benchmark JSON of the main run (context: rotary_cpu*, rotary_build)"
-echo "  bench-native.json  the same for the -march=native run"
-echo "  bench.log       raw Google Benchmark output and the full tables of both runs"
-echo "  key_ratios.txt  the default build's dispatch and memcpy at the key shape (the comparison's input)"
+echo "results in $results/ ($((SECONDS - start)) s in all): summary.txt (this summary), results.csv (one row per"
+echo "  case: GB/s, x memcpy, CPU), throughput.svg (GB/s against tokens), bench.json and bench-native.json (Google"
+echo "  Benchmark JSON), bench.log (raw output, full tables), key_ratios.txt (the build comparison's input)"

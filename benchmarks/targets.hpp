@@ -40,12 +40,12 @@ struct Target {
 };
 
 inline constexpr Target kTargets[] = {
-    // memory-bound: dispatch near memcpy of the same bytes (L3-resident, DRAM, 16-bit storage)
-    {{"f32"}, kKeyShape, "512 tok (L3)", {"dispatch"}, {"memcpy"}, Measure::speed, 0.85},
-    {{"f32"}, kDramShape, "8192 tok (DRAM)", {"dispatch"}, {"memcpy"}, Measure::speed, 0.9},
-    {{"f16", "bf16"}, kKeyShape, "512 tok", {"dispatch"}, {"memcpy"}, Measure::speed, 0.8},
-    // decode: one token's call overhead
-    {{"f32", "f16", "bf16"}, kDecodeShape, "decode (1 tok)", {"dispatch"}, {"memcpy"}, Measure::time, 2.0},
+    // memory-bound: dispatch near memcpy of the same bytes, L3-resident and DRAM (issue 16: on Zen 4
+    // and Zen 5 alike; issue 13 had asked 0.85x for f32 and 0.8x for 16-bit storage at 512 tokens)
+    {{"f32", "f16", "bf16"}, kKeyShape, "512 tok (L3)", {"dispatch"}, {"memcpy"}, Measure::speed, 0.9},
+    {{"f32", "f16", "bf16"}, kDramShape, "8192 tok (DRAM)", {"dispatch"}, {"memcpy"}, Measure::speed, 0.9},
+    // decode: one token's call overhead (issue 16: 1.5x; issue 13 had asked 2x)
+    {{"f32", "f16", "bf16"}, kDecodeShape, "decode (1 tok)", {"dispatch"}, {"memcpy"}, Measure::time, 1.5},
     // against the textbook rotation-matrix product
     {{"f32"}, kKeyShape, "512 tok", {"dispatch"}, {"matrix"}, Measure::speed, 10.0},
     // the cache-free Rope against the cached one
@@ -75,7 +75,7 @@ inline constexpr Target kTargets[] = {
 };
 
 // --rotary_compare_with (benchmarks/run.sh): the default build's dispatch/memcpy at kKeyShape, per
-// pairing and dtype, at least this fraction of the -march=native build's.
-inline constexpr double kNativeBuildBound = 0.95;
+// pairing and dtype, at least this fraction of the -march=native build's (issue 16; issue 13: 0.95).
+inline constexpr double kNativeBuildBound = 0.97;
 
 }  // namespace rotary_bench
