@@ -3,6 +3,9 @@
 //   pairing  interleaved | half_split
 //   dtype    f32 | f16 | bf16
 //   impl     memcpy      std::memcpy of the same bytes, same buffers (every case's baseline)
+//            copy_loop   an AVX-512 copy loop with the kernels' access pattern (copy_loop.hpp): the
+//                        rows in the pairing's order and each token's cos/sin row, plain 64-byte
+//                        loads and stores (x86 CPUs with AVX-512 only; the second baseline)
 //            matrix      y = R_m x with the explicit head_dim x head_dim rotation matrix (f32 only)
 //            eigen_expr  the Eigen array expression a user would write (f32 only)
 //            scalar      rotary's scalar kernel, called directly (the bit-exact reference)
@@ -49,6 +52,7 @@
 #include <type_traits>
 
 #include "bench_common.hpp"
+#include "copy_loop.hpp"
 #include "decode_cases.hpp"
 
 namespace rotary_bench {
@@ -133,6 +137,25 @@ Runner prepare_memcpy(const Case<T>& c) {
   const auto bytes = static_cast<std::size_t>(c.shape.elements()) * sizeof(T);
   return [in, out, bytes] { std::memcpy(static_cast<void*>(out), static_cast<const void*>(in), bytes); };
 }
+
+// The copy loop over the same rows, reading token t's row of the Rope's cache (position t).
+template <class T>
+Runner prepare_copy_loop(const Case<T>& c) {
+  using C = rotary::compute_t<T>;
+  const Shape& s = c.shape;
+  const auto& cache = c.rope->cache();
+  const void* table = cache.row(0);
+  const auto table_row_bytes = static_cast<std::int64_t>(2 * cache.pairs() * static_cast<std::int64_t>(sizeof(C)));
+  const T* in = c.in;
+  T* out = c.out;
+  const bool half_split = c.pairing == Pairing::half_split;
+  return [in, out, s, half_split, table, table_row_bytes] {
+    copy_loop(in, out, s.tokens, s.heads, s.head_dim * static_cast<std::int64_t>(sizeof(T)), half_split, table,
+              table_row_bytes, table_row_bytes);
+  };
+}
+
+bool runs_copy_loop(const Shape&) { return copy_loop_available(); }
 
 // A rotary kernel called directly (no dispatch, no checks): Kernel(args, token_begin, token_end).
 // Fused shapes pass the key block as the kernel's second stream, as apply_qk does.
@@ -385,6 +408,7 @@ template <class T>
 std::vector<Impl<T>> make_impls() {
   std::vector<Impl<T>> t;
   t.push_back({"memcpy", &prepare_memcpy<T>, Expect::copy, kEvery, nullptr});
+  t.push_back({"copy_loop", &prepare_copy_loop<T>, Expect::copy, kPlain, &runs_copy_loop});
   if constexpr (std::is_same_v<T, float>) {
     t.push_back({"matrix", &prepare_matrix<T>, Expect::close, kPlain, &matrix_fits<T>});
     t.push_back({"eigen_expr", &prepare_eigen_expr<T>, Expect::close, kPlain, nullptr});
@@ -504,7 +528,7 @@ bool is_key_shape(const Shape& s) {
 }
 
 bool is_key_impl(const std::string& impl) {
-  return impl == "memcpy" || impl == "dispatch" || impl == "matrix" || impl == "onthefly" ||
+  return impl == "memcpy" || impl == "copy_loop" || impl == "dispatch" || impl == "matrix" || impl == "onthefly" ||
          impl == "dispatch_qk" || impl == "table_vllm" || impl == "table_separate" || impl == "checked" ||
          impl == "dispatch_scattered" || impl == "checked_scattered";
 }

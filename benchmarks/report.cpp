@@ -5,7 +5,8 @@
 //   2. the compact summary (under 100 lines; benchmarks/run.sh shows only this): the CPU, dispatch
 //      and memcpy per dtype and pairing at every token count of 32 heads x 128, the speed targets
 //      (targets.hpp) MET / NOT MET, one line per target and dtype, and information lines (decode
-//      checked/unchecked, batched decode at scattered positions, fused q+k, layouts, threads); with
+//      checked/unchecked, the AVX-512 copy loop, batched decode at scattered positions, fused q+k,
+//      layouts, threads); with
 //      --rotary_compare_with, the build comparison instead of targets and information.
 // The CPU's name (cpu_name.hpp) and the build go into Google Benchmark's context too (JSON keys
 // rotary_cpu, rotary_cpu_vendor, rotary_cpu_family, rotary_cpu_model, rotary_cpu_uarch, rotary_build).
@@ -315,6 +316,30 @@ void print_information(const Measurements& m, std::FILE* out) {
                    return ratio_text(m.get(p, d, "dispatch", kDecodeShape), m.get(p, d, "checked", kDecodeShape));
                  }).c_str(),
                  pair_of(call_us).c_str());
+  }
+  // The second baseline (issue 16): memcpy against a copy loop with the kernels' access pattern,
+  // and dispatch against that loop (the kernel's own cost, the access pattern's set aside).
+  header = false;
+  for (const char* d : kDtypeNames) {
+    if (!any_ran(d, "copy_loop", kKeyShape)) continue;
+    if (!header)
+      std::fprintf(out, "(info) AVX-512 copy loop with the kernels' access pattern (rows + cos/sin rows, no "
+                        "arithmetic): loop x memcpy, dispatch x loop:\n");
+    header = true;
+    std::string line;
+    for (const Shape& s : {kDecodeShape, kKeyShape, kDramShape}) {
+      const std::string loop = pair_of([&](const char* p) {
+        return ratio_text(m.get(p, d, "copy_loop", s), m.get(p, d, "memcpy", s));
+      });
+      const std::string kernel = pair_of([&](const char* p) {
+        return ratio_text(m.get(p, d, "dispatch", s), m.get(p, d, "copy_loop", s));
+      });
+      char cell[96];
+      std::snprintf(cell, sizeof cell, "%s%lld tok %s, %s", line.empty() ? "" : "; ",
+                    static_cast<long long>(s.tokens), loop.c_str(), kernel.c_str());
+      line += cell;
+    }
+    std::fprintf(out, "  %-4s %s\n", d, line.c_str());
   }
   header = false;
   for (const char* d : kDtypeNames) {
