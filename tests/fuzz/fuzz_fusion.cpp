@@ -17,14 +17,18 @@
 // the weightless L2 norm after RoPE, both, any eps including invalid ones, a missing weight now and
 // then), deinterleaving (DeepSeek's order), fp8 scales from sane to subnormal or invalid, scales
 // missing or given where they must not be, the entry point (rope_prologue, or rope_kv_write /
-// qk_norm_rope / qkv_split_rope when the case has their shape), and no ParallelFor, a serial chunked
+// qk_norm_rope / qkv_split_rope when the case has their shape, or mla_rope: the case reshaped into
+// DeepSeek MLA's, q heads of nope_dim + rope_dim values with the rope slice rotated in place, one
+// k_pe head and its latent of any length written side by side into one cache row [latent | k_pe],
+// interleaved pairs in now and then), and no ParallelFor, a serial chunked
 // one or a two-thread rotary::ThreadPool with the minimum work per thread lowered so that even a few
 // tokens split. Input values come from a PRNG seeded by the input: O(1), spread exponents, special
 // values (NaN, infinities, subnormals, near-overflow) or raw bit patterns.
 //
 // The oracle: the unfused ops one after another under the scalar ISA (rms_norm into a scratch
 // tensor or the harness's own de-interleaving copy, apply_strided, rms_norm weightless in place for
-// the L2 norm, write_kv_cache for K and V), the same way test_fusion's check_composition computes it.
+// the L2 norm, write_kv_cache for K and V; for MLA, K and V are the two parts of the cache row), the
+// same way test_fusion's check_composition computes it.
 //  - If the composition throws rotary::error, the fused call must throw rotary::error too, and vice
 //    versa; a fused call that throws must leave every buffer as it was.
 //  - The fused call validates a superset; the extra refusals are predicted here and must happen
@@ -79,8 +83,9 @@ enum class SlotMode { mapping, seqlens32, seqlens64 };
 enum class PosMode { contiguous, int32, int64 };
 enum class RopeMode { range0, range, cache_free };
 enum class Threads { none, chunked, pool };
-enum class Entry { prologue, rope_kv_write, qk_norm_rope, qkv_split_rope };
-const char* const kEntryNames[] = {"rope_prologue", "rope_kv_write", "qk_norm_rope", "qkv_split_rope"};
+enum class Entry { prologue, rope_kv_write, qk_norm_rope, qkv_split_rope, mla_rope };
+const char* const kEntryNames[] = {"rope_prologue", "rope_kv_write", "qk_norm_rope", "qkv_split_rope", "mla_rope"};
+constexpr int kEntries = 5;
 
 // A [tokens, heads] view of rows of `dim` elements in T buffer `buf`, first element at `off`.
 struct Tensor {
@@ -96,6 +101,7 @@ struct CacheGeom {
   std::ptrdiff_t block_stride = 0, slot_stride = 0, head_stride = 0;
   std::size_t elements = 0;
   int scales = 0;  // 0: as the type needs, 1: the wrong way (given for float, missing for int8/fp8)
+  std::ptrdiff_t offset = 0;  // of the view's first element in its buffer (MLA: k_pe behind the latent)
 
   void finish(Source& in) {
     const bool pad = in.ConsumeIntegralInRange<int>(0, 3) == 0;
@@ -139,6 +145,11 @@ struct Case {
   Tensor q_in, q_out, k, k_o, v;
   std::vector<std::size_t> buffer_sizes;  // T buffers, in elements
   CacheGeom kc, vc;
+  // MLA (entry mla_rope): q_in's rows are the rope slices of heads of nope + head_dim values; the
+  // K and V caches (kc, vc) are views of one cache, mc (rows [v_dim | head_dim]), held in vc's buffer
+  bool mla = false;
+  std::int64_t nope = 0;
+  CacheGeom mc;
   // slots
   SlotMode slot_mode = SlotMode::mapping;
   std::vector<std::int64_t> mapping;
@@ -234,6 +245,7 @@ struct Case {
     if (kv_heads > 0) s += layout("k", k);
     if (k_out) s += layout("k out", k_o);
     if (has_v) s += layout("v", v);
+    if (mla) s += "\n  MLA nope_dim " + std::to_string(nope) + ", cache: " + mc.describe();
     if (has_k_cache) s += "\n  K cache: " + kc.describe();
     if (has_v) s += "\n  V cache: " + vc.describe();
     s += "\n  slots: ";
@@ -263,7 +275,8 @@ struct Case {
 // What the inputs exercised, printed at exit when ROTARY_FUZZ_STATS is set.
 struct Stats {
   long equal = 0, both_refused = 0, fused_only = 0;
-  long entries[4] = {};
+  long entries[kEntries] = {};
+  long entries_equal[kEntries] = {};  // of those, compared equal (not refused)
   std::vector<std::pair<std::string, long>> messages;  // refusals by message start
   void note(const std::string& m) {
     const std::string key = m.substr(0, 48);
@@ -277,7 +290,8 @@ struct Stats {
   ~Stats() {
     if (std::getenv("ROTARY_FUZZ_STATS") == nullptr) return;
     std::fprintf(stderr, "equal %ld, both refused %ld, fused-only refusals %ld\n", equal, both_refused, fused_only);
-    for (int e = 0; e < 4; ++e) std::fprintf(stderr, "  %-16s %ld\n", kEntryNames[e], entries[e]);
+    for (int e = 0; e < kEntries; ++e)
+      std::fprintf(stderr, "  %-16s %ld (%ld equal)\n", kEntryNames[e], entries[e], entries_equal[e]);
     for (const auto& [k, n] : messages) std::fprintf(stderr, "  %6ld  %s\n", n, k.c_str());
   }
 };
@@ -320,6 +334,47 @@ CacheGeom draw_cache_geom(Source& in, const Case& c, std::int64_t heads, std::in
   g.scales = in.ConsumeIntegralInRange<int>(0, 31) == 0 ? 1 : 0;
   g.finish(in);
   return g;
+}
+
+// Reshapes a drawn case into DeepSeek MLA's (entry mla_rope), keeping its tokens, q heads, slots,
+// positions, the cache's blocks and layout, deinterleaving (interleaved pairs in) and threads: q in
+// place as rope slices of heads of nope + head_dim values (padded token stride now and then), one
+// k_pe head, the latent as v (its own length), no norm, no k output; the cache one head of
+// [latent | k_pe] rows, viewed as the V cache (the latent) and the K cache (k_pe behind it).
+void make_mla(Source& in, Case& c) {
+  const std::int64_t d = c.spec.head_dim;
+  c.entry = Entry::mla_rope;
+  c.mla = true;
+  c.kv_heads = 1;
+  c.has_k_cache = c.has_v = true;
+  c.k_out = c.k_in_place = c.qkv = false;
+  c.in_place_q = true;
+  c.norm = NormMode::none;
+  c.nope = in.ConsumeIntegralInRange<std::int64_t>(0, 8);
+  c.buffer_sizes.clear();
+  Tensor q;
+  q.buf = 0;
+  q.dim = d;
+  const std::ptrdiff_t head = c.nope + d;
+  const std::ptrdiff_t pad = in.ConsumeIntegralInRange<int>(0, 3) == 0 ? in.ConsumeIntegralInRange<int>(1, 3) : 0;
+  q.l = {c.tokens, c.q_heads, c.q_heads * head + pad, head};
+  const std::ptrdiff_t base = in.ConsumeIntegralInRange<std::ptrdiff_t>(0, 3);
+  q.off = base + c.nope;
+  c.buffer_sizes.push_back(static_cast<std::size_t>(base + std::max<std::int64_t>(c.tokens, 1) * q.l.token_stride +
+                                                    head + kSlack));
+  c.q_in = c.q_out = q;
+  c.k = place(in, c, 1, d);
+  c.v_dim = in.ConsumeIntegralInRange<std::int64_t>(1, 40);
+  c.v = place(in, c, 1, c.v_dim);
+  c.mc = c.kc;  // the blocks the slots were drawn for
+  c.mc.heads = 1;
+  c.mc.head_dim = c.v_dim + d;
+  c.mc.finish(in);
+  c.vc = c.mc;
+  c.vc.head_dim = c.v_dim;
+  c.kc = c.mc;
+  c.kc.head_dim = d;
+  c.kc.offset = c.v_dim;
 }
 
 void draw_slots(Source& in, Case& c) {
@@ -525,7 +580,7 @@ bool draw_case(Source& in, Case& c) {
   draw_positions(in, c);
 
   // The entry point: a named op where the case has its shape (else rope_prologue).
-  const auto named = static_cast<Entry>(in.ConsumeIntegralInRange<int>(0, 3));
+  const auto named = static_cast<Entry>(in.ConsumeIntegralInRange<int>(0, 4));
   const bool same_eps = c.q_norm.eps == c.k_norm.eps || (std::isnan(c.q_norm.eps) && std::isnan(c.k_norm.eps));
   const bool qk_norm_only = (c.norm == NormMode::rms || c.norm == NormMode::unit_offset) && same_eps && !c.deinterleave;
   switch (named) {
@@ -541,6 +596,9 @@ bool draw_case(Source& in, Case& c) {
       break;
     case Entry::qkv_split_rope:
       if (c.qkv && c.has_k_cache && !c.deinterleave && (c.norm == NormMode::none || qk_norm_only)) c.entry = named;
+      break;
+    case Entry::mla_rope:
+      make_mla(in, c);
       break;
     default:
       break;
@@ -605,7 +663,7 @@ CacheBuf<E> make_cache(const CacheGeom& g, Rng& rng, int mode) {
 template <class E>
 KvCacheView<E> view_of(const CacheGeom& g, CacheBuf<E>& b) {
   KvCacheView<E> v;  // the fields directly: an invalid one reaches the calls (both check it)
-  v.data = b.data.data();
+  v.data = b.data.data() + g.offset;
   v.blocks = g.blocks;
   v.block_size = g.block_size;
   v.heads = g.heads;
@@ -688,7 +746,8 @@ void compose(const Case& c, const rotary::Rope<T>& rope, const Norms<T, W>& n, S
       ol = {c.tokens, c.kv_heads, c.kv_heads * d, d};
     }
     rotate(c.k, n.k, out, ol, k_scratch);
-    if (c.has_k_cache) rotary::write_kv_cache(static_cast<const T*>(out), ol, slots, view_of(c.kc, st.kc));
+    if (c.has_k_cache)
+      rotary::write_kv_cache(static_cast<const T*>(out), ol, slots, view_of(c.kc, c.mla ? st.vc : st.kc));
   }
   if (c.has_v) rotary::write_kv_cache(static_cast<const T*>(ptr(st.bufs, c.v)), c.v.l, slots, view_of(c.vc, st.vc));
 }
@@ -717,7 +776,7 @@ void fused(const Case& c, const rotary::Rope<T>& rope, const Norms<T, W>& n, Sta
            const rotary::ParallelFor& par) {
   const Positions pos = c.positions();
   const Slots slots = c.slots();
-  const KvCacheView<E> kv = c.has_k_cache ? view_of(c.kc, st.kc) : KvCacheView<E>{};
+  const KvCacheView<E> kv = c.has_k_cache ? view_of(c.kc, c.mla ? st.vc : st.kc) : KvCacheView<E>{};
   const KvCacheView<E> vv = c.has_v ? view_of(c.vc, st.vc) : KvCacheView<E>{};
   const std::int64_t d = c.spec.head_dim;
   const StridedLayout none{c.tokens, 0, 0, d};
@@ -737,6 +796,14 @@ void fused(const Case& c, const rotary::Rope<T>& rope, const Norms<T, W>& n, Sta
                              par);
       return;
     }
+    case Entry::mla_rope:
+      if constexpr (rotary::cache_scales_of<E>() != rotary::CacheScales::per_row) {  // (run skips int8)
+        const rotary::MlaQuery q{c.tokens, c.q_heads, c.nope, c.q_in.l.token_stride};
+        rotary::mla_rope(rope, ptr(st.bufs, c.q_in) - c.nope, q, ptr(st.bufs, c.k), c.k.l.token_stride,
+                         ptr(st.bufs, c.v), c.v.l.token_stride, pos, slots, view_of(c.mc, st.vc), c.deinterleave,
+                         par);
+      }
+      return;
     default:
       break;
   }
@@ -842,6 +909,8 @@ void run(Case& c) {
   else c.cache_type = std::string(rotary::dtype_name<E>());
   c.weight_type = std::string(rotary::dtype_name<W>());
 
+  // An int8 MLA cache does not compile (a static_assert: it would need two scales per slot).
+  if (c.mla && rotary::cache_scales_of<E>() == rotary::CacheScales::per_row) return;
   std::optional<rotary::Rope<T>> rope;
   try {
     const rotary::Frequencies f = rotary::compute_frequencies(c.spec);
@@ -865,8 +934,8 @@ void run(Case& c) {
   if (c.q_heads > 0) fill(c.q_in);
   if (c.kv_heads > 0) fill(c.k);
   if (c.has_v) fill(c.v);
-  if (c.has_k_cache) initial.kc = make_cache<E>(c.kc, rng, c.values);
-  if (c.has_v) initial.vc = make_cache<E>(c.vc, rng, c.values);
+  if (c.has_k_cache && !c.mla) initial.kc = make_cache<E>(c.kc, rng, c.values);
+  if (c.has_v) initial.vc = make_cache<E>(c.mla ? c.mc : c.vc, rng, c.values);
   Norms<T, W> n;
   const std::int64_t d = c.spec.head_dim;
   for (std::int64_t i = 0; i < d; ++i) {
@@ -948,7 +1017,10 @@ void run(Case& c) {
     } else {
       expect_same(c, "fused != composition", isa, got, want);
     }
-    if (isa == rotary::Isa::scalar) ++stats.equal;
+    if (isa == rotary::Isa::scalar) {
+      ++stats.equal;
+      ++stats.entries_equal[static_cast<int>(c.entry)];
+    }
   }
 }
 
