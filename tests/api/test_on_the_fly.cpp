@@ -1,5 +1,6 @@
 // Cache-free mode: rows computed per call equal the exact cache's rows (or differ by one float ulp
 // on near-ties), at large and non-consecutive positions, and the rotated outputs agree.
+#include <cmath>
 #include <cstring>
 
 #include "support.hpp"
@@ -92,6 +93,39 @@ TEST(OnTheFly, OutputsMatchCachedMode) {
 
 // A spec carrying a scaling rule's frequencies (YaRN: theta ramp and attention factor 1 + 0.1 ln 4):
 // the cache-free Rope uses them, not base^(-2j/d), and agrees with the table of the same spec.
+// fill()'s vectorized row advance (two pairs per vector) gives advance()'s bits pair by pair, the
+// pieces the multi-axis drivers use one pair at a time: f64 rows (no rounding to hide a last-bit
+// difference), an odd number of pairs (the scalar tail), runs of consecutive positions.
+TEST(OnTheFly, RowAdvanceEqualsPairByPair) {
+  for (const std::int64_t pairs : {1, 2, 31, 64}) {
+    std::vector<double> theta;
+    for (std::int64_t j = 0; j < pairs; ++j)
+      theta.push_back(std::pow(1e4, -2.0 * static_cast<double>(j) / static_cast<double>(2 * pairs)));
+    const rotary::detail::RowGenerator<double> gen(theta, 1.25);
+    for (const std::int64_t start : {std::int64_t{0}, std::int64_t{77777}, std::int64_t{1} << 40}) {
+      const std::int64_t tokens = rotary::detail::RowGenerator<double>::kBlock;
+      std::vector<double> rows(static_cast<std::size_t>(tokens * 2 * pairs));
+      std::vector<double> state(static_cast<std::size_t>(2 * pairs));
+      gen.fill(Positions::contiguous(start), 0, tokens, rows.data(), state.data());
+      std::vector<double> c(static_cast<std::size_t>(pairs));
+      std::vector<double> s(static_cast<std::size_t>(pairs));
+      std::vector<double> want(static_cast<std::size_t>(2 * pairs));
+      for (std::int64_t t = 0; t < tokens; ++t) {
+        for (std::int64_t j = 0; j < pairs; ++j) {
+          const auto k = static_cast<std::size_t>(j);
+          if (t == 0)
+            gen.anchor(j, start, c[k], s[k]);
+          else
+            gen.advance(j, c[k], s[k]);
+        }
+        gen.store_row(c.data(), s.data(), want.data());
+        ASSERT_EQ(std::memcmp(want.data(), rows.data() + t * 2 * pairs, want.size() * sizeof(double)), 0)
+            << pairs << " pairs from " << start << ", token " << t;
+      }
+    }
+  }
+}
+
 TEST(OnTheFly, ScaledSpecUsesItsFrequencies) {
   rotary::RopeParameters p;
   p.rope_type = "yarn";
