@@ -94,8 +94,9 @@ std::uint64_t base_seed() { return rotary_test::seed(); }
 
 // The design list (every remainder mod 4, 8 and 16 lanes; MLAS's 6/42/70), plus 258 and 544: their
 // larger rotary_dims (h = rotary_dim/2 > 128) take the AVX-512 f32 half_split kernel's streaming path,
-// with a tail (h = 129, 136, 204) and without (h = 272); and the odd 7 and 67: pass-through runs of
-// odd length (the 16-bit copies' odd last element).
+// with a tail (h = 129, 136, 204) and without (h = 272), as does 256 (h = 128: 512-byte halves, the
+// blocked order); and the odd 7 and 67: pass-through runs of odd length (the 16-bit copies' odd last
+// element).
 constexpr std::int64_t kHeadDims[] = {2,  4,  6,  7,  8,  14, 16,  18,  30,  32,  34, 42,
                                       62, 64, 66, 67, 70, 96, 128, 130, 256, 258, 544};
 constexpr std::int64_t kHeads[] = {1, 3, 32};
