@@ -5,14 +5,16 @@
 #                              example and packaging check once, the kernels compiled once
 #                              (rotary::kernels); a few minutes on 2 cores
 #   bash tests/run.sh --full   everything CI runs (.ci/run): g++ -O3 -DNDEBUG and clang++ -O2 with
-#                              -Werror, each also rebuilding the core tests under six value-unsafe
-#                              flag sets (tests/flags); the suite under AddressSanitizer +
-#                              UndefinedBehaviorSanitizer; an AArch64 cross build (NEON kernels) with
-#                              its tests under qemu-aarch64; the threaded tests under ThreadSanitizer;
-#                              each libFuzzer harness for ROTARY_FUZZ_SECONDS (default 30) under ASan +
-#                              UBSan; the strict consumer under every CMake build type with both
-#                              compilers (tests/build_types.sh); static analysis (tests/lint.sh:
-#                              clang-tidy and cppcheck, both must be clean); about an hour on 2 cores
+#                              -Werror, each also rebuilding the core tests header-only, plain and
+#                              under six value-unsafe flag sets (tests/flags); the suite under
+#                              AddressSanitizer + UndefinedBehaviorSanitizer; an AArch64 cross build
+#                              (NEON kernels) with its tests under qemu-aarch64; the threaded tests
+#                              under ThreadSanitizer; each libFuzzer harness for ROTARY_FUZZ_SECONDS
+#                              (default 30) under ASan + UBSan; the strict consumer under every CMake
+#                              build type with both compilers (tests/build_types.sh); static analysis
+#                              (tests/lint.sh: clang-tidy and cppcheck, both must be clean). Every
+#                              preset but fuzz links the kernels compiled once (rotary::kernels);
+#                              about an hour on 2 cores
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=quick
