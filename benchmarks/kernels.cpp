@@ -6,6 +6,9 @@
 //            copy_loop   an AVX-512 copy loop with the kernels' access pattern (copy_loop.hpp): the
 //                        rows in the pairing's order and each token's cos/sin row, plain 64-byte
 //                        loads and stores (x86 CPUs with AVX-512 only; the second baseline)
+//            convert_loop  (f16, bf16) the copy loop with the kernels' storage conversions on the way:
+//                        each value widened to f32 and rounded back with the AVX-512 kernels'
+//                        instructions, no arithmetic (the third baseline: the conversion floor)
 //            matrix      y = R_m x with the explicit head_dim x head_dim rotation matrix (f32 only)
 //            eigen_expr  the Eigen array expression a user would write (f32 only)
 //            scalar      rotary's scalar kernel, called directly (the bit-exact reference)
@@ -138,8 +141,9 @@ Runner prepare_memcpy(const Case<T>& c) {
   return [in, out, bytes] { std::memcpy(static_cast<void*>(out), static_cast<const void*>(in), bytes); };
 }
 
-// The copy loop over the same rows, reading token t's row of the Rope's cache (position t).
-template <class T>
+// The copy loop over the same rows, reading token t's row of the Rope's cache (position t); Trip:
+// the 16-bit round trip on the way (convert_loop) or none (copy_loop).
+template <class T, RoundTrip Trip = RoundTrip::none>
 Runner prepare_copy_loop(const Case<T>& c) {
   using C = rotary::compute_t<T>;
   const Shape& s = c.shape;
@@ -151,11 +155,22 @@ Runner prepare_copy_loop(const Case<T>& c) {
   const bool half_split = c.pairing == Pairing::half_split;
   return [in, out, s, half_split, table, table_row_bytes] {
     copy_loop(in, out, s.tokens, s.heads, s.head_dim * static_cast<std::int64_t>(sizeof(T)), half_split, table,
-              table_row_bytes, table_row_bytes);
+              table_row_bytes, table_row_bytes, Trip);
   };
 }
 
-bool runs_copy_loop(const Shape&) { return copy_loop_available(); }
+template <RoundTrip Trip>
+bool runs_copy_loop(const Shape&) {
+  return copy_loop_available(Trip);
+}
+
+// The round trip of T's kernels: none for f32.
+template <class T>
+constexpr RoundTrip round_trip_of() {
+  if constexpr (std::is_same_v<T, rotary::f16>) return RoundTrip::f16;
+  else if constexpr (std::is_same_v<T, rotary::bf16>) return RoundTrip::bf16;
+  else return RoundTrip::none;
+}
 
 // A rotary kernel called directly (no dispatch, no checks): Kernel(args, token_begin, token_end).
 // Fused shapes pass the key block as the kernel's second stream, as apply_qk does.
@@ -408,7 +423,10 @@ template <class T>
 std::vector<Impl<T>> make_impls() {
   std::vector<Impl<T>> t;
   t.push_back({"memcpy", &prepare_memcpy<T>, Expect::copy, kEvery, nullptr});
-  t.push_back({"copy_loop", &prepare_copy_loop<T>, Expect::copy, kPlain, &runs_copy_loop});
+  t.push_back({"copy_loop", &prepare_copy_loop<T>, Expect::copy, kPlain, &runs_copy_loop<RoundTrip::none>});
+  if constexpr (round_trip_of<T>() != RoundTrip::none)
+    t.push_back({"convert_loop", &prepare_copy_loop<T, round_trip_of<T>()>, Expect::copy, kPlain,
+                 &runs_copy_loop<round_trip_of<T>()>});
   if constexpr (std::is_same_v<T, float>) {
     t.push_back({"matrix", &prepare_matrix<T>, Expect::close, kPlain, &matrix_fits<T>});
     t.push_back({"eigen_expr", &prepare_eigen_expr<T>, Expect::close, kPlain, nullptr});
@@ -528,9 +546,10 @@ bool is_key_shape(const Shape& s) {
 }
 
 bool is_key_impl(const std::string& impl) {
-  return impl == "memcpy" || impl == "copy_loop" || impl == "dispatch" || impl == "matrix" || impl == "onthefly" ||
-         impl == "dispatch_qk" || impl == "table_vllm" || impl == "table_separate" || impl == "checked" ||
-         impl == "dispatch_scattered" || impl == "checked_scattered";
+  return impl == "memcpy" || impl == "copy_loop" || impl == "convert_loop" || impl == "dispatch" ||
+         impl == "matrix" || impl == "onthefly" || impl == "dispatch_qk" || impl == "table_vllm" ||
+         impl == "table_separate" || impl == "checked" || impl == "dispatch_scattered" ||
+         impl == "checked_scattered";
 }
 
 template <class T>

@@ -317,30 +317,32 @@ void print_information(const Measurements& m, std::FILE* out) {
                  }).c_str(),
                  pair_of(call_us).c_str());
   }
-  // The second baseline (issue 16): memcpy against a copy loop with the kernels' access pattern,
-  // and dispatch against that loop (the kernel's own cost, the access pattern's set aside).
-  header = false;
-  for (const char* d : kDtypeNames) {
-    if (!any_ran(d, "copy_loop", kKeyShape)) continue;
-    if (!header)
-      std::fprintf(out, "(info) AVX-512 copy loop with the kernels' access pattern (rows + cos/sin rows, no "
-                        "arithmetic): loop x memcpy, dispatch x loop:\n");
-    header = true;
-    std::string line;
-    for (const Shape& s : {kDecodeShape, kKeyShape, kDramShape}) {
-      const std::string loop = pair_of([&](const char* p) {
-        return ratio_text(m.get(p, d, "copy_loop", s), m.get(p, d, "memcpy", s));
-      });
-      const std::string kernel = pair_of([&](const char* p) {
-        return ratio_text(m.get(p, d, "dispatch", s), m.get(p, d, "copy_loop", s));
-      });
-      char cell[96];
-      std::snprintf(cell, sizeof cell, "%s%lld tok %s, %s", line.empty() ? "" : "; ",
-                    static_cast<long long>(s.tokens), loop.c_str(), kernel.c_str());
-      line += cell;
+  // The second and third baselines (issue 16): memcpy against a loop with the kernels' access pattern
+  // (and their 16-bit conversions), and dispatch against that loop (the kernel's own cost, the access
+  // pattern's, or the conversions', set aside).
+  const auto baseline_lines = [&](const char* impl, const char* title) {
+    bool titled = false;
+    for (const char* d : kDtypeNames) {
+      if (!any_ran(d, impl, kKeyShape)) continue;
+      if (!titled) std::fprintf(out, "(info) %s: loop x memcpy, dispatch x loop:\n", title);
+      titled = true;
+      std::string line;
+      for (const Shape& s : {kDecodeShape, kKeyShape, kDramShape}) {
+        const std::string loop =
+            pair_of([&](const char* p) { return ratio_text(m.get(p, d, impl, s), m.get(p, d, "memcpy", s)); });
+        const std::string kernel =
+            pair_of([&](const char* p) { return ratio_text(m.get(p, d, "dispatch", s), m.get(p, d, impl, s)); });
+        char cell[96];
+        std::snprintf(cell, sizeof cell, "%s%lld tok %s, %s", line.empty() ? "" : "; ",
+                      static_cast<long long>(s.tokens), loop.c_str(), kernel.c_str());
+        line += cell;
+      }
+      std::fprintf(out, "  %-4s %s\n", d, line.c_str());
     }
-    std::fprintf(out, "  %-4s %s\n", d, line.c_str());
-  }
+  };
+  baseline_lines("copy_loop", "AVX-512 copy loop with the kernels' access pattern (rows + cos/sin rows, no arithmetic)");
+  baseline_lines("convert_loop",
+                 "the same loop with the kernels' 16-bit conversions (widen to f32, round back; no arithmetic)");
   header = false;
   for (const char* d : kDtypeNames) {
     if (!any_ran(d, "dispatch_scattered", kScatteredShape)) continue;

@@ -229,7 +229,8 @@ struct BF16 : Narrow<bf16, BF16Convert> {
     return _mm512_or_si512(_mm512_maskz_srli_epi32(F32::all, BF16Convert::round_bits(lo), 16),
                            _mm512_and_si512(BF16Convert::round_bits(hi),
                                             _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
-  }  // The pair policies' view (simd_body.hpp): 16 pairs of stored values <-> x0 = even, x1 = odd.
+  }
+  // The pair policies' view (simd_body.hpp): 16 pairs of stored values <-> x0 = even, x1 = odd.
   static ROTARY_AVX512_INLINE void load2(const T* p, V& x0, V& x1) noexcept {
     const Raw u = load_raw(p);
     x0 = even(u);
@@ -277,7 +278,8 @@ struct BF16Hw : BF16 {
                                          6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
     return _mm512_maskz_permutexvar_epi16(static_cast<PMask>(0xFFFFFFFFu), idx,
                                           reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
-  }  static ROTARY_AVX512_BF16_INLINE void store2(T* p, V y0, V y1) noexcept { store_raw(p, pack(y0, y1)); }
+  }
+  static ROTARY_AVX512_BF16_INLINE void store2(T* p, V y0, V y1) noexcept { store_raw(p, pack(y0, y1)); }
   static ROTARY_AVX512_BF16_INLINE void store2(T* p, PMask m, V y0, V y1) noexcept {
     store_raw(p, m, pack(y0, y1));
   }
