@@ -320,29 +320,33 @@ void print_information(const Measurements& m, std::FILE* out) {
   // The second and third baselines (issue 16): memcpy against a loop with the kernels' access pattern
   // (and their 16-bit conversions), and dispatch against that loop (the kernel's own cost, the access
   // pattern's, or the conversions', set aside).
-  const auto baseline_lines = [&](const char* impl, const char* title) {
-    bool titled = false;
-    for (const char* d : kDtypeNames) {
-      if (!any_ran(d, impl, kKeyShape)) continue;
-      if (!titled) std::fprintf(out, "(info) %s: loop x memcpy, dispatch x loop:\n", title);
-      titled = true;
-      std::string line;
-      for (const Shape& s : {kDecodeShape, kKeyShape, kDramShape}) {
-        const std::string loop =
-            pair_of([&](const char* p) { return ratio_text(m.get(p, d, impl, s), m.get(p, d, "memcpy", s)); });
-        const std::string kernel =
-            pair_of([&](const char* p) { return ratio_text(m.get(p, d, "dispatch", s), m.get(p, d, impl, s)); });
-        char cell[96];
-        std::snprintf(cell, sizeof cell, "%s%lld tok %s, %s", line.empty() ? "" : "; ",
-                      static_cast<long long>(s.tokens), loop.c_str(), kernel.c_str());
-        line += cell;
-      }
-      std::fprintf(out, "  %-4s %s\n", d, line.c_str());
+  const auto baseline_line = [&](const char* d, const char* impl, const char* label) {
+    std::string line;
+    for (const Shape& s : {kDecodeShape, kKeyShape, kDramShape}) {
+      const std::string loop =
+          pair_of([&](const char* p) { return ratio_text(m.get(p, d, impl, s), m.get(p, d, "memcpy", s)); });
+      const std::string kernel =
+          pair_of([&](const char* p) { return ratio_text(m.get(p, d, "dispatch", s), m.get(p, d, impl, s)); });
+      char cell[96];
+      std::snprintf(cell, sizeof cell, "%s%lld tok %s, %s", line.empty() ? "" : "; ",
+                    static_cast<long long>(s.tokens), loop.c_str(), kernel.c_str());
+      line += cell;
     }
+    std::fprintf(out, "  %-4s %-7s %s\n", d, label, line.c_str());
   };
-  baseline_lines("copy_loop", "AVX-512 copy loop with the kernels' access pattern (rows + cos/sin rows, no arithmetic)");
-  baseline_lines("convert_loop",
-                 "the same loop with the kernels' 16-bit conversions (widen to f32, round back; no arithmetic)");
+  header = false;
+  for (const char* d : kDtypeNames) {
+    const bool copy = any_ran(d, "copy_loop", kKeyShape);
+    const bool convert = any_ran(d, "convert_loop", kKeyShape);
+    if (!copy && !convert) continue;
+    if (!header)
+      std::fprintf(out, "(info) AVX-512 loops with the kernels' access pattern (rows + cos/sin rows, no arithmetic): "
+                        "loop x memcpy, dispatch x loop; copy: plain loads and stores, convert: with the kernels' "
+                        "16-bit conversions (widen to f32, round back):\n");
+    header = true;
+    if (copy) baseline_line(d, "copy_loop", "copy");
+    if (convert) baseline_line(d, "convert_loop", "convert");
+  }
   header = false;
   for (const char* d : kDtypeNames) {
     if (!any_ran(d, "dispatch_scattered", kScatteredShape)) continue;
@@ -357,20 +361,6 @@ void print_information(const Measurements& m, std::FILE* out) {
     };
     std::fprintf(out, "  %-4s unchecked %s, checked %s, positions 0..63 %s\n", d,
                  x_memcpy("dispatch_scattered").c_str(), x_memcpy("checked_scattered").c_str(),
-                 x_memcpy("dispatch").c_str());
-  }
-  header = false;
-  for (const char* d : kDtypeNames) {
-    if (!any_ran(d, "dispatch_qk", kGqaShape)) continue;
-    if (!header)
-      std::fprintf(out, "(info) GQA 512 tok x (32 q + 8 kv) x 128, x memcpy of the same bytes:\n");
-    header = true;
-    auto x_memcpy = [&](const char* impl) {
-      return pair_of([&](const char* p) {
-        return ratio_text(m.get(p, d, impl, kGqaShape), m.get(p, d, "memcpy", kGqaShape));
-      });
-    };
-    std::fprintf(out, "  %-4s fused apply_qk %s, two apply calls %s\n", d, x_memcpy("dispatch_qk").c_str(),
                  x_memcpy("dispatch").c_str());
   }
   // Layouts: ratio to the flat memcpy of the same bytes and thread count.
@@ -393,12 +383,22 @@ void print_information(const Measurements& m, std::FILE* out) {
             std::snprintf(cell, sizeof cell, " %5s", "-");
           }
           line += cell;
+          if (threads == 1 && std::string(l) == "rows") {  // the same rows as two apply calls, q then k
+            const double two = m.get(p, d, "dispatch", kGqaShape);
+            const double copy = m.get(p, d, "memcpy", kGqaShape);
+            if (two > 0 && copy > 0)
+              std::snprintf(cell, sizeof cell, " %6.2f", two / copy);
+            else
+              std::snprintf(cell, sizeof cell, " %6s", "-");
+            line += cell;
+          }
         }
       }
       if (!any) continue;
       if (!header)
-        std::fprintf(out, "(info) GQA 512 tok fused q+k per layout, x memcpy of the same bytes and threads:\n"
-                          "                   rows  bshd  bhsd  sbhd   thd   qkv (1 thread) | the same, 2 threads\n");
+        std::fprintf(out, "(info) GQA 512 tok x (32 q + 8 kv) x 128, fused q+k (apply_qk) per layout, x memcpy of the "
+                          "same bytes and threads; 2calls: the rows as two apply calls:\n"
+                          "                   rows 2calls  bshd  bhsd  sbhd   thd   qkv (1 thread) | the same, 2 threads\n");
       header = true;
       std::fprintf(out, "  %-4s %-11s%s\n", d, p, line.c_str());
     }
