@@ -239,6 +239,10 @@ using Runner = std::function<void()>;
 // and records info in registered().
 void register_case(const CaseInfo& info, const std::function<void(benchmark::State&, int id)>& run);
 
+// Registers `name` as a benchmark whose runner is built once per benchmark (make(), outside timing;
+// PreparedSlot) and moves `bytes` per call (bytes_per_second), in microseconds: the fusion/ rows.
+void register_runner(const std::string& name, std::int64_t bytes, const std::function<Runner()>& make);
+
 // Key cases: what the targets read. With --rotary_key_repetitions=N (benchmarks/run.sh: 3) each is
 // registered N times under its own name, in N interleaved rounds, so a ratio's two sides are
 // measured close together in time; the summary takes the median of all runs of a name.

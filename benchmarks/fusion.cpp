@@ -3,6 +3,7 @@
 // must move, all in the same run:
 //   fusion/<op>/<dtype>/<fused|unfused|memcpy>/tokens:T/q_heads:Q/kv_heads:K/head_dim:D
 //   fusion/mla_rope/<dtype>/<fused|unfused|memcpy>/tokens:T/heads:128/rope_dim:64/latent:512
+//   fusion/rope_kv_write/<dtype>/<fused|unfused|memcpy>/tokens:T/q_heads:32/kv_heads:8/head_dim:128/cache:<int8|fp8>
 // ops (every call in place on q, caches paged [blocks, 16, kv, d] at consecutive slots):
 //   qk_norm_rope    q and k RMSNorm + RoPE;            unfused: rms_norm q, rms_norm k, apply_qk_strided
 //   rope_kv_write   q rotated, k rotated into the cache, v copied;
@@ -22,6 +23,7 @@
 #include <new>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "bench_common.hpp"
@@ -112,28 +114,6 @@ std::string mla_suffix(std::int64_t tokens) {
   return os.str();
 }
 
-// Registers name as a benchmark that builds its runner once (make()) and moves `bytes` per call.
-void add(const std::string& name, std::int64_t bytes, const std::function<Runner()>& make) {
-  static int next_id = 1 << 24;  // apart from register_case's ids
-  const int id = next_id++;
-  // Google Benchmark owns what it registers (the analyzer cannot see it).
-  // NOLINTNEXTLINE(clang-analyzer-cplusplus.NewDeleteLeaks)
-  benchmark::RegisterBenchmark(name.c_str(), [id, bytes, make](benchmark::State& state) {
-    PreparedSlot& slot = prepared_slot();
-    if (slot.id != id) {
-      slot.run = nullptr;
-      slot.id = -1;
-      slot.run = make();
-      slot.id = id;
-    }
-    for (auto _ : state) {
-      slot.run();
-      benchmark::ClobberMemory();
-    }
-    state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * bytes);
-  })->Unit(benchmark::kMicrosecond);
-}
-
 // The memcpy row of an op: half the op's bytes, copied once.
 Runner memcpy_runner(std::int64_t bytes) {
   auto from = std::make_shared<Tensor<unsigned char>>(static_cast<std::size_t>(bytes / 2), 1);
@@ -183,9 +163,9 @@ void register_op_cases(const char* dtype, std::int64_t tokens, const FusionShape
         };
       };
     };
-    add(name("qk_norm_rope", "fused"), bytes, make(true));
-    add(name("qk_norm_rope", "unfused"), bytes, make(false));
-    add(name("qk_norm_rope", "memcpy"), bytes, [bytes] { return memcpy_runner(bytes); });
+    register_runner(name("qk_norm_rope", "fused"), bytes, make(true));
+    register_runner(name("qk_norm_rope", "unfused"), bytes, make(false));
+    register_runner(name("qk_norm_rope", "memcpy"), bytes, [bytes] { return memcpy_runner(bytes); });
   }
 
   // rope_kv_write and qkv_split_rope: the same work, separate tensors or one packed projection
@@ -238,9 +218,9 @@ void register_op_cases(const char* dtype, std::int64_t tokens, const FusionShape
         };
       };
     };
-    add(name(op, "fused"), bytes, make(true));
-    add(name(op, "unfused"), bytes, make(false));
-    add(name(op, "memcpy"), bytes, [bytes] { return memcpy_runner(bytes); });
+    register_runner(name(op, "fused"), bytes, make(true));
+    register_runner(name(op, "unfused"), bytes, make(false));
+    register_runner(name(op, "memcpy"), bytes, [bytes] { return memcpy_runner(bytes); });
   }
 }
 
@@ -285,9 +265,62 @@ void register_mla_cases(const char* dtype, std::int64_t tokens) {
       };
     };
   };
-  add("fusion/mla_rope/" + std::string(dtype) + "/fused/" + tail, bytes, make(true));
-  add("fusion/mla_rope/" + std::string(dtype) + "/unfused/" + tail, bytes, make(false));
-  add("fusion/mla_rope/" + std::string(dtype) + "/memcpy/" + tail, bytes, [bytes] { return memcpy_runner(bytes); });
+  register_runner("fusion/mla_rope/" + std::string(dtype) + "/fused/" + tail, bytes, make(true));
+  register_runner("fusion/mla_rope/" + std::string(dtype) + "/unfused/" + tail, bytes, make(false));
+  register_runner("fusion/mla_rope/" + std::string(dtype) + "/memcpy/" + tail, bytes, [bytes] { return memcpy_runner(bytes); });
+}
+
+// rope_kv_write into an int8 or fp8 cache (E), Llama-3-8B shape:
+//   fusion/rope_kv_write/<dtype>/<fused|unfused|memcpy>/<tail>/cache:<int8|fp8>
+// Bytes: q read and written, k and v read, their 1-byte codes written (and int8's scales). Only in
+// the saved results, not in the summary's target lines.
+template <class T, class E>
+void register_quantized_cache_cases(const char* dtype, const char* cache, std::int64_t tokens) {
+  using rotary::KvCacheView;
+  const FusionShape s = kLlama3_8B;
+  const std::int64_t T_ = tokens, Q = s.q_heads, K = s.kv_heads, D = s.head_dim;
+  const std::int64_t sz = static_cast<std::int64_t>(sizeof(T));
+  const bool int8 = std::is_same_v<E, std::int8_t>;
+  const std::int64_t bytes = (2 * Q * D * sz + 2 * K * D * sz + 2 * K * D + (int8 ? 2 * K * 4 : 0)) * T_;
+  struct State : Setup<T> {
+    using Setup<T>::Setup;
+    std::vector<E> kc, vc;
+    std::vector<float> ks, vs;
+  };
+  const auto make = [=](bool fused) {
+    return [=]() -> Runner {
+      auto st = std::make_shared<State>(T_, s, D);
+      st->q = random_values<T>(static_cast<std::size_t>(T_ * Q * D), 1);
+      st->k = random_values<T>(static_cast<std::size_t>(T_ * K * D), 2);
+      st->v = random_values<T>(static_cast<std::size_t>(T_ * K * D), 3);
+      const std::int64_t blocks = st->cache_blocks();
+      st->kc.assign(static_cast<std::size_t>(blocks * kBlockSize * K * D), E{});
+      st->vc.assign(st->kc.size(), E{});
+      // int8: one scale per (slot, head), written; fp8: one per head, read (|x| < 1 here: 1/64)
+      const std::size_t scales = int8 ? static_cast<std::size_t>(blocks * kBlockSize * K) : static_cast<std::size_t>(K);
+      st->ks.assign(scales, 1.0f / 64);
+      st->vs.assign(scales, 1.0f / 64);
+      const auto kc = KvCacheView<E>::paged(st->kc.data(), blocks, kBlockSize, K, D, st->ks.data());
+      const auto vc = KvCacheView<E>::paged(st->vc.data(), blocks, kBlockSize, K, D, st->vs.data());
+      const rotary::StridedLayout ql{T_, Q, Q * D, D}, kl{T_, K, K * D, D};
+      const rotary::Positions pos = rotary::Positions::contiguous(kFirstSlot);
+      if (fused)
+        return [st, ql, kl, kc, vc, pos] {
+          rotary::rope_kv_write(st->rope, st->q.data(), ql, st->k.data(), kl, st->v.data(), kl, pos,
+                                rotary::Slots(st->slots), kc, vc);
+        };
+      return [st, ql, kl, kc, vc, pos] {
+        rotary::apply_qk_strided(st->rope, st->q.data(), ql, st->q.data(), ql, st->k.data(), kl, st->k.data(), kl, pos);
+        rotary::write_kv_cache(st->k.data(), kl, rotary::Slots(st->slots), kc);
+        rotary::write_kv_cache(st->v.data(), kl, rotary::Slots(st->slots), vc);
+      };
+    };
+  };
+  const std::string tail = shape_suffix(T_, s) + "/cache:" + cache;
+  const std::string base = std::string("fusion/rope_kv_write/") + dtype + "/";
+  register_runner(base + "fused/" + tail, bytes, make(true));
+  register_runner(base + "unfused/" + tail, bytes, make(false));
+  register_runner(base + "memcpy/" + tail, bytes, [bytes] { return memcpy_runner(bytes); });
 }
 
 // "32q/8kv x 128" or "128 heads, rope 64, latent 512" (the tail without the token count).
@@ -340,6 +373,10 @@ void register_fusion_cases() {
     }
     register_mla_cases<float>("f32", tokens);
     register_mla_cases<rotary::bf16>("bf16", tokens);
+    register_quantized_cache_cases<float, std::int8_t>("f32", "int8", tokens);
+    register_quantized_cache_cases<float, rotary::fp8_e4m3>("f32", "fp8", tokens);
+    register_quantized_cache_cases<rotary::bf16, std::int8_t>("bf16", "int8", tokens);
+    register_quantized_cache_cases<rotary::bf16, rotary::fp8_e4m3>("bf16", "fp8", tokens);
   }
 }
 

@@ -319,6 +319,7 @@ template <class T>
 struct PrologueKernels {
   Kernel<T> rotate;
   NormKernel<T> norm;
+  CacheRowKernel<T> cache_row;  // rows into an int8, fp8 or 16-bit cache of another type
   PreparedNorm<T> q_norm;
   PreparedNorm<T> k_norm;
   PreparedNorm<T> l2_after;
@@ -476,7 +477,7 @@ class PrologueRunner {
         if (k_cache && !(k_direct_ && !k_out))
           for (std::int64_t h = 0; h < hk; ++h)
             store_row(c_.k_cache.row(slot + i, h), k_stream.out_row(i, h), d_, c_.k_cache.row_scale(slot + i, h),
-                      inverse_head_scale(c_.k_cache, h));
+                      inverse_head_scale(c_.k_cache, h), kern_.cache_row);
       }
     }
     if (c_.has_v_cache())  // v's own slots: per-sequence slots depend on the cache's block size
@@ -486,7 +487,7 @@ class PrologueRunner {
         for (std::int64_t h = 0; h < c_.v_layout.heads; ++h)
           store_row(c_.v_cache.row(v_slot, h),
                     c_.v + (t + i) * c_.v_layout.token_stride + h * c_.v_layout.head_stride, c_.v_cache.head_dim,
-                    c_.v_cache.row_scale(v_slot, h), inverse_head_scale(c_.v_cache, h));
+                    c_.v_cache.row_scale(v_slot, h), inverse_head_scale(c_.v_cache, h), kern_.cache_row);
       }
   }
 
@@ -525,6 +526,7 @@ void prologue(bool checked, const R& r, const Prologue<T, E, W>& c, const rotato
     PrologueKernels<T> kernels;
     kernels.rotate = select_kernel<T>();
     kernels.norm = select_norm_kernel<T>();
+    kernels.cache_row = select_cache_row_kernel<T>();
     kernels.q_norm = PreparedNorm<T>(c.q_norm, r.head_dim());
     kernels.k_norm = PreparedNorm<T>(c.k_norm, r.head_dim());
     kernels.l2_after = PreparedNorm<T>(c.l2_after, r.head_dim());

@@ -26,7 +26,9 @@
 //                scales[head] (the engine's calibrated k_scale / v_scale): x * (1 / scale) rounded to
 //                nearest even, saturated to +-448 (infinities too), NaN kept as NaN (0x7f | sign).
 // The row of a vector is rounded to its own storage type T first (the fused ops round exactly as
-// rotating into a T tensor and then writing it would), then converted once to E.
+// rotating into a T tensor and then writing it would), then converted once to E. The int8, fp8 and
+// 16-bit conversions are defined in detail/quantize.hpp and run in the active ISA's cache row kernel
+// (kernels/registry.hpp: cache_row_kernel_for), which gives the scalar definition's bits.
 #ifndef ROTARY_KV_CACHE_HPP
 #define ROTARY_KV_CACHE_HPP
 
@@ -44,6 +46,9 @@
 #include "detail/driver/checks.hpp"
 #include "detail/format.hpp"
 #include "detail/fp.hpp"
+#include "detail/kernels/registry.hpp"
+#include "detail/quantize.hpp"
+#include "dispatch.hpp"
 #include "dtype.hpp"
 #include "types.hpp"
 
@@ -55,37 +60,8 @@ struct fp8_e4m3 {
   std::uint8_t bits = 0;
 };
 
-namespace detail {
-// a (0 <= a < 2^23) rounded half to even, by an integer conversion: independent of the rounding
-// mode and of value-unsafe flags (no add-and-subtract trick that reassociation could fold).
-inline std::uint32_t round_half_even(float a) noexcept {
-  const auto whole = static_cast<std::uint32_t>(a);
-  const float rest = a - static_cast<float>(whole);  // exact
-  return whole + (rest > 0.5f || (rest == 0.5f && (whole & 1u) != 0) ? 1u : 0u);
-}
-// The same for 0 <= a < 2^52.
-inline std::uint64_t round_half_even(double a) noexcept {
-  const auto whole = static_cast<std::uint64_t>(a);
-  const double rest = a - static_cast<double>(whole);  // exact
-  return whole + (rest > 0.5 || (rest == 0.5 && (whole & 1u) != 0) ? 1u : 0u);
-}
-}  // namespace detail
-
 // x rounded to nearest even, saturated to +-448 (infinities included), NaN -> NaN.
-inline fp8_e4m3 to_fp8_e4m3(float x) noexcept {
-  const std::uint32_t u = detail::float_bits(x);
-  const auto sign = static_cast<std::uint8_t>((u >> 24) & 0x80u);
-  const std::uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return {static_cast<std::uint8_t>(sign | 0x7fu)};  // NaN
-  if (a >= 0x43e00000u) return {static_cast<std::uint8_t>(sign | 0x7eu)};  // >= 448 (and inf): 448
-  if (a < 0x3c800000u) {  // below 2^-6, the smallest normal: a multiple of 2^-9, rounded to even
-    const std::uint32_t m = detail::round_half_even(detail::bits_float(a) * 512.0f);  // exact scaling
-    return {static_cast<std::uint8_t>(sign | m)};  // m = 8 is the smallest normal: the same bits
-  }
-  const std::uint32_t rounded = a + 0x7ffffu + ((a >> 20) & 1u);  // drop 20 mantissa bits, to even
-  const std::uint32_t e = (rounded >> 20) - (120u << 3);           // rebias 127 -> 7
-  return {static_cast<std::uint8_t>(sign | std::min<std::uint32_t>(e, 0x7eu))};
-}
+inline fp8_e4m3 to_fp8_e4m3(float x) noexcept { return {detail::fp8_e4m3_code(x)}; }
 
 inline float to_float(fp8_e4m3 v) noexcept {
   const std::uint32_t sign = static_cast<std::uint32_t>(v.bits & 0x80u) << 24;
@@ -304,16 +280,29 @@ class Slots {
 
 namespace detail {
 
-// The f32 quotient a / b computed in double and rounded once: the same bits under any flags
-// (-freciprocal-math would otherwise turn x / c into x * (1 / c)).
-inline float exact_quotient(float a, float b) noexcept {
-  return static_cast<float>(strict_div(static_cast<double>(a), static_cast<double>(b)));
+// The cache row kernel of this call's ISA for rows of T (registry.hpp), chosen once per call.
+template <class T>
+CacheRowKernel<T> select_cache_row_kernel() {
+  const CacheRowKernel<T> k = cache_row_kernel_for<T>(active_isa());
+  return k != nullptr ? k : &scalar::cache_row<T>;
+}
+
+// The code of a cache element type with one (int8, fp8, f16, bf16).
+template <class E>
+constexpr CacheCode cache_code_of() noexcept {
+  if constexpr (std::is_same_v<E, std::int8_t>) return CacheCode::int8;
+  else if constexpr (std::is_same_v<E, fp8_e4m3>) return CacheCode::fp8_e4m3;
+  else if constexpr (std::is_same_v<E, f16>) return CacheCode::f16;
+  else {
+    static_assert(std::is_same_v<E, bf16>, "int8, fp8, f16 or bf16 (float and double caches take no code)");
+    return CacheCode::bf16;
+  }
 }
 
 // One row of n values of T into a cache row of E (see the header comment for the rounding). scale:
-// int8 writes *scale; fp8 reads inv_scale (1 / the head's scale).
+// int8 writes *scale; fp8 reads inv_scale (1 / the head's scale). kernel: select_cache_row_kernel<T>().
 template <class T, class E>
-void store_row(E* out, const T* in, std::int64_t n, float* scale, float inv_scale) noexcept {
+void store_row(E* out, const T* in, std::int64_t n, float* scale, float inv_scale, CacheRowKernel<T> kernel) noexcept {
   static_assert(!std::is_same_v<E, double> || std::is_same_v<T, double>,
                 "a double cache takes double vectors only (rotary never widens a rounded value into it)");
   static_assert(!std::is_same_v<T, double> || std::is_same_v<E, double> || std::is_same_v<E, float>,
@@ -321,30 +310,17 @@ void store_row(E* out, const T* in, std::int64_t n, float* scale, float inv_scal
                 "convert to f32 first)");
   if constexpr (std::is_same_v<E, T>) {
     std::memcpy(out, in, static_cast<std::size_t>(n) * sizeof(T));
-  } else if constexpr (std::is_same_v<E, std::int8_t>) {
-    float absmax = 0.0f;
-    bool finite_row = true;
-    for (std::int64_t i = 0; i < n; ++i) {
-      const float v = static_cast<float>(to_compute(in[i]));
-      finite_row = finite_row && finite(v);
-      absmax = std::max(absmax, std::fabs(v));
-    }
-    if (!finite_row || absmax == 0.0f) {
-      std::memset(out, 0, static_cast<std::size_t>(n));
-      *scale = finite_row ? 0.0f : bits_float(0x7fc00000u);
-      return;
-    }
-    *scale = exact_quotient(absmax, 127.0f);
-    const double inv = strict_div(127.0, static_cast<double>(absmax));  // finite: absmax >= 2^-149
-    for (std::int64_t i = 0; i < n; ++i) {
-      const double v = static_cast<double>(to_compute(in[i])) * inv;  // |v| <= 127 (+ rounding)
-      const auto q = static_cast<std::int32_t>(std::min<std::uint64_t>(127u, round_half_even(std::fabs(v))));
-      out[i] = static_cast<std::int8_t>(v < 0.0 ? -q : q);
-    }
-  } else if constexpr (std::is_same_v<E, fp8_e4m3>) {
-    for (std::int64_t i = 0; i < n; ++i) out[i] = to_fp8_e4m3(static_cast<float>(to_compute(in[i])) * inv_scale);
+  } else if constexpr (std::is_same_v<E, float> || std::is_same_v<E, double>) {
+    for (std::int64_t i = 0; i < n; ++i) out[i] = static_cast<E>(to_compute(in[i]));
   } else {
-    for (std::int64_t i = 0; i < n; ++i) out[i] = from_compute<E>(static_cast<float>(to_compute(in[i])));
+    CacheRowArgs<T> a;
+    a.in = in;
+    a.n = n;
+    a.out = out;
+    a.code = cache_code_of<E>();
+    a.scale = scale;
+    a.inv_scale = inv_scale;
+    kernel(a);
   }
 }
 
@@ -381,13 +357,14 @@ std::string check_cache_write(const std::string& name, const T* x, const Strided
 // Writes tokens [t0, t1) of x into their slots.
 template <class T, class E>
 void write_rows(const T* x, const StridedLayout& l, const Slots& slots, const KvCacheView<E>& c, std::int64_t t0,
-                std::int64_t t1) noexcept {
+                std::int64_t t1) {
+  const CacheRowKernel<T> kernel = select_cache_row_kernel<T>();
   for (std::int64_t t = t0; t < t1; ++t) {
     const std::int64_t s = slots.slot(t, c.block_size);
     if (s < 0) continue;
     for (std::int64_t h = 0; h < c.heads; ++h)
       store_row(c.row(s, h), x + t * l.token_stride + h * l.head_stride, c.head_dim, c.row_scale(s, h),
-                inverse_head_scale(c, h));
+                inverse_head_scale(c, h), kernel);
   }
 }
 

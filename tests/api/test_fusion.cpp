@@ -8,6 +8,9 @@
 // - Independent references: QK-norm + RoPE against the explicit rotation matrix R(m) applied to the
 //   norm computed in double (bound stated below); the fp8 encoder against a nearest-value search over
 //   all 256 codes; int8 rows against scale = absmax / 127 and round-half-even in double.
+// - The cache row kernels (int8, fp8, f16, bf16 codes): every ISA's bytes and int8 scales equal the
+//   scalar kernel's, rows of 1..512 values (every SIMD tail), unaligned, ties, boundaries, subnormals,
+//   NaN, infinities, random bits; nothing written past a row.
 // - MLA: against an interleaved Rope followed by the de-interleaving permutation; the latent and
 //   k_pe side by side in one slot row. QKV split: against the same call on separate q, k, v copies.
 // - Refusals: slots outside the cache or twice, sequence overflow, scales missing or given, fp8
@@ -104,11 +107,14 @@ TEST(Fp8E4m3, RoundsToNearestEvenAndSaturates) {
   }
 }
 
+// The scalar cache row kernel: the definition the other ISAs' must equal (CacheRowKernels below).
+const rotary::detail::CacheRowKernel<float> kScalarRow = &rotary::detail::scalar::cache_row<float>;
+
 TEST(Int8Rows, ScaleIsAbsmaxOver127AndRoundingIsHalfEven) {
   const std::vector<float> row = {1.0f, -127.0f, 63.5f, 64.5f, -0.5f, 0.0f, 126.4f, 2.5f};
   std::vector<std::int8_t> out(row.size());
   float scale = -1.0f;
-  rotary::detail::store_row(out.data(), row.data(), 8, &scale, 1.0f);
+  rotary::detail::store_row(out.data(), row.data(), 8, &scale, 1.0f, kScalarRow);
   EXPECT_EQ(scale, 1.0f);  // absmax 127
   const std::vector<std::int8_t> expect = {1, -127, 64, 64, 0, 0, 126, 2};
   EXPECT_EQ(out, expect);
@@ -116,7 +122,7 @@ TEST(Int8Rows, ScaleIsAbsmaxOver127AndRoundingIsHalfEven) {
   for (int trial = 0; trial < 200; ++trial) {
     const auto x = rotary_test::random_vector<float>(64, rng, -3.0, 3.0);
     out.resize(64);
-    rotary::detail::store_row(out.data(), x.data(), 64, &scale, 1.0f);
+    rotary::detail::store_row(out.data(), x.data(), 64, &scale, 1.0f, kScalarRow);
     double absmax = 0.0;
     for (float v : x) absmax = std::max(absmax, std::fabs(static_cast<double>(v)));
     ASSERT_EQ(scale, static_cast<float>(absmax / 127.0));
@@ -129,17 +135,153 @@ TEST(Int8Rows, ScaleIsAbsmaxOver127AndRoundingIsHalfEven) {
   }
   out.assign(4, 9);
   const std::vector<float> zeros(4, 0.0f);
-  rotary::detail::store_row(out.data(), zeros.data(), 4, &scale, 1.0f);
+  rotary::detail::store_row(out.data(), zeros.data(), 4, &scale, 1.0f, kScalarRow);
   EXPECT_EQ(scale, 0.0f);
   EXPECT_EQ(out, std::vector<std::int8_t>(4, 0));
   // A subnormal absmax: 127 / absmax overflows f32 but not the double the rows are scaled in.
   const float d = std::numeric_limits<float>::denorm_min();
   const std::vector<float> tiny = {d, -d, 0.0f, 2 * d};
-  rotary::detail::store_row(out.data(), tiny.data(), 4, &scale, 1.0f);
+  rotary::detail::store_row(out.data(), tiny.data(), 4, &scale, 1.0f, kScalarRow);
   EXPECT_EQ(out, (std::vector<std::int8_t>{64, -64, 0, 127}));  // 63.5 rounds to even
   const std::vector<float> bad = {1.0f, std::numeric_limits<float>::quiet_NaN(), 2.0f, 3.0f};
-  rotary::detail::store_row(out.data(), bad.data(), 4, &scale, 1.0f);
+  rotary::detail::store_row(out.data(), bad.data(), 4, &scale, 1.0f, kScalarRow);
   EXPECT_TRUE(std::isnan(scale));  // the row dequantizes to NaN, never to plausible numbers
+}
+
+// ---- the cache row kernels ------------------------------------------------------------------------
+
+// Rows of T for the cache row kernels: random values over 40 binades, the int8 and fp8 ties, the
+// fp8 saturation and subnormal boundaries, f32 subnormals, zeros of both signs, infinities, NaN.
+template <class T>
+std::vector<std::vector<T>> cache_test_rows(std::int64_t n, std::mt19937_64& rng) {
+  std::vector<std::vector<float>> rows;
+  rows.reserve(16);
+  std::uniform_real_distribution<double> binade(-20.0, 20.0);
+  std::uniform_int_distribution<int> code(0, 0x7e);
+  for (int r = 0; r < 6; ++r) {
+    std::vector<float> x(static_cast<std::size_t>(n));
+    const double top = std::exp2(binade(rng));
+    for (auto& v : x) v = static_cast<float>(std::uniform_real_distribution<double>(-top, top)(rng));
+    rows.push_back(x);
+  }
+  // int8 ties: absmax 127, so inv = 1 and k + 0.5 rounds to even
+  std::vector<float> ties(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) ties[static_cast<std::size_t>(i)] = static_cast<float>((i % 254) - 127) + (i % 3 ? 0.5f : 0.0f);
+  ties[0] = 127.0f;
+  rows.push_back(ties);
+  // fp8: codes, the midpoints between neighbouring codes (ties), and the boundaries
+  std::vector<float> fp8(static_cast<std::size_t>(n));
+  const float specials[] = {448.0f, 464.0f, 465.0f, 480.0f, 1e30f, 0.015625f, 0.0146484375f, 0.001953125f,
+                            0.0009765625f, 0.00097656f, 0.0029296875f, 1e-40f, -0.0f, 0.0f};
+  for (std::int64_t i = 0; i < n; ++i) {
+    const int c = code(rng);
+    const float lo = rotary::to_float(fp8_e4m3{static_cast<std::uint8_t>(c)});
+    const float hi = rotary::to_float(fp8_e4m3{static_cast<std::uint8_t>(c + 1)});
+    float v = i % 3 == 0 ? lo : i % 3 == 1 ? (lo + hi) / 2 : specials[static_cast<std::size_t>(i) % std::size(specials)];
+    fp8[static_cast<std::size_t>(i)] = i % 2 ? -v : v;
+  }
+  rows.push_back(fp8);
+  // a subnormal absmax; a NaN; an infinity; all zeros (negative)
+  std::vector<float> tiny(static_cast<std::size_t>(n), std::numeric_limits<float>::denorm_min());
+  tiny[static_cast<std::size_t>(n / 2)] = -3 * std::numeric_limits<float>::denorm_min();
+  rows.push_back(tiny);
+  for (const float special : {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity(), -0.0f}) {
+    std::vector<float> x = rows[0];
+    if (special == 0.0f) std::fill(x.begin(), x.end(), special);
+    else x[static_cast<std::size_t>(n - 1)] = special;  // the last value: the SIMD tail or its last vector
+    rows.push_back(x);
+  }
+  // random bit patterns (NaN payloads, subnormals, huge values)
+  std::vector<float> bits(static_cast<std::size_t>(n));
+  for (auto& v : bits) v = rotary::detail::bits_float(static_cast<std::uint32_t>(rng()));
+  rows.push_back(bits);
+  std::vector<std::vector<T>> out(rows.size(), std::vector<T>(static_cast<std::size_t>(n)));
+  for (std::size_t r = 0; r < rows.size(); ++r)
+    for (std::size_t i = 0; i < rows[r].size(); ++i) out[r][i] = rotary::detail::from_compute<T>(rows[r][i]);
+  return out;
+}
+
+// Every ISA's cache row kernel gives the scalar kernel's bytes and int8 scales, for every code, row
+// lengths around the vector widths (SIMD tails), unaligned rows, and no byte written past the row.
+template <class T>
+void check_cache_row_kernels(std::mt19937_64& rng) {
+  using rotary::detail::CacheCode;
+  using rotary::detail::CacheRowArgs;
+  const std::pair<CacheCode, std::size_t> codes[] = {
+      {CacheCode::int8, 1}, {CacheCode::fp8_e4m3, 1}, {CacheCode::f16, 2}, {CacheCode::bf16, 2}};
+  for (const std::int64_t n : {1, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 64, 100, 128, 130, 256, 512}) {
+    for (const auto& row : cache_test_rows<T>(n, rng)) {
+      std::vector<T> in(row.size() + 1);
+      std::copy(row.begin(), row.end(), in.begin() + 1);  // unaligned
+      for (const auto& [code, bytes] : codes) {
+        for (const float inv_scale : {1.0f, 37.5f, 0.0123f}) {
+          if (code != CacheCode::fp8_e4m3 && inv_scale != 1.0f) continue;
+          SCOPED_TRACE(::testing::Message() << rotary::dtype_name<T>() << " code " << static_cast<int>(code) << " n "
+                                            << n << " inv_scale " << inv_scale << " " << rotary_test::seed_note());
+          const std::size_t size = static_cast<std::size_t>(n) * bytes;
+          std::vector<unsigned char> ref(size + 64, 0xA5);
+          float ref_scale = -7.0f;
+          CacheRowArgs<T> a;
+          a.in = in.data() + 1;
+          a.n = n;
+          a.code = code;
+          a.inv_scale = inv_scale;
+          a.out = ref.data() + 1;
+          a.scale = &ref_scale;
+          rotary::detail::scalar::cache_row<T>(a);
+          for (const rotary::Isa isa : rotary_test::supported_isas()) {
+            const rotary::detail::CacheRowKernel<T> k = rotary::detail::cache_row_kernel_for<T>(isa);
+            ASSERT_NE(k, nullptr);
+            std::vector<unsigned char> got(size + 64, 0xA5);
+            float scale = -7.0f;
+            a.out = got.data() + 1;
+            a.scale = &scale;
+            k(a);
+            ASSERT_EQ(got, ref) << rotary::to_string(isa);  // bytes past the row too: still 0xA5
+            if (code == CacheCode::int8) {
+              ASSERT_EQ(rotary::detail::float_bits(scale), rotary::detail::float_bits(ref_scale)) << rotary::to_string(isa);
+            } else {
+              ASSERT_EQ(scale, -7.0f) << rotary::to_string(isa);  // only int8 writes a scale
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(CacheRowKernels, EveryIsaGivesTheScalarBits) {
+  std::mt19937_64 rng(rotary_test::seed() + 11);
+  check_cache_row_kernels<float>(rng);
+  check_cache_row_kernels<rotary::f16>(rng);
+  check_cache_row_kernels<rotary::bf16>(rng);
+}
+
+// The scalar kernel's fp8 codes against the nearest-value search (the definition's independent
+// check) for f32 values around every code and midpoint, scaled: x * inv_scale rounded once in f32.
+TEST(CacheRowKernels, Fp8RowsAreTheNearestCodeOfTheScaledValue) {
+  std::mt19937_64 rng(rotary_test::seed() + 13);
+  const auto rows = cache_test_rows<float>(130, rng);
+  for (const float inv_scale : {1.0f, 37.5f, 0.0123f}) {
+    for (const auto& row : rows) {
+      std::vector<std::uint8_t> out(row.size());
+      rotary::detail::CacheRowArgs<float> a;
+      a.in = row.data();
+      a.n = static_cast<std::int64_t>(row.size());
+      a.code = rotary::detail::CacheCode::fp8_e4m3;
+      a.inv_scale = inv_scale;
+      a.out = out.data();
+      rotary::detail::scalar::cache_row<float>(a);
+      for (std::size_t i = 0; i < row.size(); ++i) {
+        const float y = row[i] * inv_scale;
+        if (std::isnan(y)) {
+          ASSERT_EQ(out[i] & 0x7f, 0x7f) << row[i];
+        } else {
+          ASSERT_EQ(out[i], fp8_by_search(std::clamp(y, -448.0f, 448.0f))) << row[i] << " * " << inv_scale;
+        }
+      }
+    }
+  }
 }
 
 // ---- the norm kernels ---------------------------------------------------------------------------

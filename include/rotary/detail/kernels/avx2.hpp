@@ -243,6 +243,56 @@ ROTARY_AVX2_INLINE void copy_u16(const void* in, void* out, std::int64_t n) noex
   if (rest & 1) std::memcpy(dst + (n - 1), src + (n - 1), sizeof(std::uint16_t));
 }
 
+// KV-cache codes of 8 f32 values (simd_body.hpp's cache_row_impl; quantize.hpp's definitions):
+// rounding by vroundpd/vroundps's immediate (nearest even, not MXCSR), NaN and range tests on the
+// bits (|y| bits are non-negative int32, so the signed compares order them).
+struct CacheOps {
+  static constexpr int L = 8;
+  using Acc = __m256i;
+  static ROTARY_AVX2_INLINE Acc zero() noexcept { return _mm256_setzero_si256(); }
+  static ROTARY_AVX2_INLINE Acc max_abs(Acc acc, __m256 v) noexcept {
+    return _mm256_max_epu32(acc, _mm256_and_si256(_mm256_castps_si256(v), _mm256_set1_epi32(0x7fffffff)));
+  }
+  static ROTARY_AVX2_INLINE std::uint32_t reduce_max(Acc acc) noexcept {
+    __m128i h4 = _mm_max_epu32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
+    h4 = _mm_max_epu32(h4, _mm_shuffle_epi32(h4, 0x4E));
+    h4 = _mm_max_epu32(h4, _mm_shuffle_epi32(h4, 0xB1));
+    return static_cast<std::uint32_t>(_mm_cvtsi128_si32(h4));
+  }
+  // 4 codes of int8_code(x * inv) as int32: exact products in double, rounded to nearest even, clamped.
+  static ROTARY_AVX2_INLINE __m128i int8_quarter(__m128 x, __m256d inv) noexcept {
+    const __m256d r = _mm256_round_pd(_mm256_mul_pd(_mm256_cvtps_pd(x), inv),
+                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    return _mm256_cvttpd_epi32(_mm256_min_pd(_mm256_max_pd(r, _mm256_set1_pd(-127.0)), _mm256_set1_pd(127.0)));
+  }
+  static ROTARY_AVX2_INLINE void int8(__m256 x, double inv, std::int8_t* out) noexcept {
+    const __m256d d = _mm256_set1_pd(inv);
+    const __m128i w = _mm_packs_epi32(int8_quarter(_mm256_castps256_ps128(x), d),
+                                      int8_quarter(_mm256_extractf128_ps(x, 1), d));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(out), _mm_packs_epi16(w, w));
+  }
+  // 8 codes of fp8_e4m3_code(y).
+  static ROTARY_AVX2_INLINE void fp8(__m256 y, std::uint8_t* out) noexcept {
+    const __m256i u = _mm256_castps_si256(y);
+    const __m256i a = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
+    // normal results: drop 20 mantissa bits to even, rebias, at most 0x7e
+    const __m256i rounded = _mm256_add_epi32(_mm256_add_epi32(a, _mm256_set1_epi32(0x7ffff)),
+                                             _mm256_and_si256(_mm256_srli_epi32(a, 20), _mm256_set1_epi32(1)));
+    __m256i r = _mm256_min_epi32(_mm256_sub_epi32(_mm256_srli_epi32(rounded, 20), _mm256_set1_epi32(120 << 3)),
+                                 _mm256_set1_epi32(0x7e));
+    // below 2^-6: a multiple of 2^-9, rounded to even (|y| * 512 is exact; other lanes zeroed first)
+    const __m256i small = _mm256_cmpgt_epi32(_mm256_set1_epi32(0x3c800000), a);
+    const __m256 scaled = _mm256_mul_ps(_mm256_castsi256_ps(_mm256_and_si256(a, small)), _mm256_set1_ps(512.0f));
+    const __m256i sub = _mm256_cvttps_epi32(_mm256_round_ps(scaled, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    r = _mm256_blendv_epi8(r, sub, small);
+    r = _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7e), _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x43dfffff)));
+    r = _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7f), _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7f800000)));
+    r = _mm256_or_si256(r, _mm256_and_si256(_mm256_srli_epi32(u, 24), _mm256_set1_epi32(0x80)));
+    const __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(out), _mm_packus_epi16(w, w));
+  }
+};
+
 // Rows whose cos/sin fit in kMaxRegs cos + kMaxRegs sin vectors keep them in registers: 2*4 of the
 // 16 ymm registers. No blocked order (kBlockHalfBytes 0).
 inline constexpr int kMaxRegs = 4;

@@ -299,6 +299,61 @@ ROTARY_AVX512_INLINE void copy_u16(const void* in, void* out, std::int64_t n) no
   }
 }
 
+// KV-cache codes of 16 f32 values (simd_body.hpp's cache_row_impl; quantize.hpp's definitions):
+// rounding by vrndscale's immediate (nearest even, not MXCSR), NaN and range tests on the bits.
+struct CacheOps {
+  // All-lanes maskz forms throughout: g++ 12's unmasked ones trip -Wmaybe-uninitialized.
+  static constexpr int L = 16;
+  static constexpr __mmask16 all = 0xFFFF;
+  static constexpr __mmask8 all8 = 0xFF;
+  using Acc = __m512i;
+  static ROTARY_AVX512_INLINE Acc zero() noexcept { return _mm512_setzero_si512(); }
+  static ROTARY_AVX512_INLINE Acc max_abs(Acc acc, __m512 v) noexcept {
+    return _mm512_maskz_max_epu32(all, acc, _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x7fffffff)));
+  }
+  static ROTARY_AVX512_INLINE std::uint32_t reduce_max(Acc acc) noexcept {
+    const __m256i h8 = _mm256_max_epu32(_mm512_maskz_extracti64x4_epi64(0xF, acc, 0), _mm512_maskz_extracti64x4_epi64(0xF, acc, 1));
+    __m128i h4 = _mm_max_epu32(_mm256_castsi256_si128(h8), _mm256_extracti128_si256(h8, 1));
+    h4 = _mm_max_epu32(h4, _mm_shuffle_epi32(h4, 0x4E));
+    h4 = _mm_max_epu32(h4, _mm_shuffle_epi32(h4, 0xB1));
+    return static_cast<std::uint32_t>(_mm_cvtsi128_si32(h4));
+  }
+  // 8 codes of int8_code(x * inv): exact products in double, converted with the instruction's own
+  // rounding (nearest even, not MXCSR). No clamp: |x| <= absmax, so |x * inv| <= 127 (1 + 2^-53)^2
+  // rounds to at most 127.
+  static ROTARY_AVX512_INLINE __m256i int8_half(__m256 x, __m512d inv) noexcept {
+    return _mm512_maskz_cvt_roundpd_epi32(all8, _mm512_mul_pd(_mm512_maskz_cvtps_pd(all8, x), inv),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
+  static ROTARY_AVX512_INLINE void int8(__m512 x, double inv, std::int8_t* out) noexcept {
+    const __m512d d = _mm512_set1_pd(inv);
+    const __m512i q = _mm512_maskz_inserti64x4(all8, _mm512_castsi256_si512(int8_half(_mm512_maskz_extractf32x8_ps(0xff, x, 0), d)),
+                                               int8_half(_mm512_maskz_extractf32x8_ps(0xff, x, 1), d), 1);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm512_maskz_cvtepi32_epi8(all, q));
+  }
+  // 16 codes of fp8_e4m3_code(y).
+  static ROTARY_AVX512_INLINE void fp8(__m512 y, std::uint8_t* out) noexcept {
+    const __m512i u = _mm512_castps_si512(y);
+    const __m512i a = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
+    // normal results: drop 20 mantissa bits to even, rebias, at most 0x7e
+    const __m512i lsb = _mm512_and_si512(_mm512_maskz_srli_epi32(all, a, 20), _mm512_set1_epi32(1));
+    const __m512i rounded = _mm512_add_epi32(_mm512_add_epi32(a, _mm512_set1_epi32(0x7ffff)), lsb);
+    __m512i r = _mm512_maskz_min_epi32(
+        all, _mm512_sub_epi32(_mm512_maskz_srli_epi32(all, rounded, 20), _mm512_set1_epi32(120 << 3)),
+        _mm512_set1_epi32(0x7e));
+    // below 2^-6: a multiple of 2^-9, rounded to even (|y| * 512 is exact; other lanes untouched)
+    const __mmask16 small = _mm512_cmplt_epu32_mask(a, _mm512_set1_epi32(0x3c800000));
+    const __m512 scaled = _mm512_maskz_mul_ps(small, _mm512_castsi512_ps(a), _mm512_set1_ps(512.0f));
+    const __m512i sub = _mm512_maskz_cvttps_epi32(
+        small, _mm512_maskz_roundscale_ps(small, scaled, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    r = _mm512_mask_mov_epi32(r, small, sub);
+    r = _mm512_mask_mov_epi32(r, _mm512_cmpge_epu32_mask(a, _mm512_set1_epi32(0x43e00000)), _mm512_set1_epi32(0x7e));
+    r = _mm512_mask_mov_epi32(r, _mm512_cmpgt_epu32_mask(a, _mm512_set1_epi32(0x7f800000)), _mm512_set1_epi32(0x7f));
+    r = _mm512_or_si512(r, _mm512_and_si512(_mm512_maskz_srli_epi32(all, u, 24), _mm512_set1_epi32(0x80)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm512_maskz_cvtepi32_epi8(all, r));
+  }
+};
+
 // Rows whose cos/sin fit in kMaxRegs cos + kMaxRegs sin vectors keep them in registers: 2*8 of the
 // 32 zmm registers. f32: half_split rotary_dim <= 256, interleaved <= 128.
 inline constexpr int kMaxRegs = 8;

@@ -35,12 +35,15 @@ namespace rotary::detail {
 
 // Each kernel runs tokens [t0, t1) of a call (contract: scalar::rotate_tokens). Templates over the
 // storage type T (f32, f64, f16, bf16); the instances are ROTARY_DETAIL_KERNEL_INSTANCES (registry.hpp).
-// norm_rows: per-head RMSNorm rows (NormArgs; contract: scalar::norm_rows).
+// norm_rows: per-head RMSNorm rows (NormArgs; contract: scalar::norm_rows). cache_row: one KV-cache
+// row in an int8, fp8, f16 or bf16 cache (CacheRowArgs; contract: scalar::cache_row).
 namespace scalar {
 template <class T>
 void rotate_tokens(const KernelArgs<T>& a, std::int64_t t0, std::int64_t t1) noexcept;
 template <class T>
 void norm_rows(const NormArgs<T>& a) noexcept;
+template <class T>
+void cache_row(const CacheRowArgs<T>& a) noexcept;
 }  // namespace scalar
 
 #if ROTARY_X86_KERNELS
@@ -49,6 +52,8 @@ template <class T>
 void rotate_tokens(const KernelArgs<T>& a, std::int64_t t0, std::int64_t t1) noexcept;
 template <class T>
 void norm_rows(const NormArgs<T>& a) noexcept;
+template <class T>
+void cache_row(const CacheRowArgs<T>& a) noexcept;
 }  // namespace avx2
 
 namespace avx512 {
@@ -56,6 +61,8 @@ template <class T>
 void rotate_tokens(const KernelArgs<T>& a, std::int64_t t0, std::int64_t t1) noexcept;
 template <class T>
 void norm_rows(const NormArgs<T>& a) noexcept;
+template <class T>
+void cache_row(const CacheRowArgs<T>& a) noexcept;
 
 // bf16 with the integer rounding (the same as rotate_tokens<bf16>): every CPU with the avx512 set.
 ROTARY_DETAIL_KERNEL_LINKAGE void rotate_tokens_bf16_integer(const KernelArgs<bf16>& a, std::int64_t t0,
@@ -84,6 +91,8 @@ template <class T>
 void rotate_tokens(const KernelArgs<T>& a, std::int64_t t0, std::int64_t t1) noexcept;
 template <class T>
 void norm_rows(const NormArgs<T>& a) noexcept;
+template <class T>
+void cache_row(const CacheRowArgs<T>& a) noexcept;
 }  // namespace neon
 #endif
 

@@ -173,6 +173,24 @@ inline C norm_factor(C sum, double inv_n, double eps) noexcept {
   return static_cast<C>(strict_div(1.0, std::sqrt(strict_add(strict_mul(static_cast<double>(sum), inv_n), eps))));
 }
 
+// ---- KV-cache rows (kv_cache.hpp) ------------------------------------------------------------------
+
+// The element type a cache row kernel writes (float and double caches take a copy or a plain
+// conversion instead).
+enum class CacheCode : std::uint8_t { int8, fp8_e4m3, f16, bf16 };
+
+// One row of n values of T (f32, f16 or bf16) into a cache row of `code` elements at out
+// (std::int8_t, std::uint8_t fp8 bits, f16 or bf16), by quantize.hpp's definitions.
+template <class T>
+struct CacheRowArgs {
+  const T* in = nullptr;
+  std::int64_t n = 0;
+  void* out = nullptr;
+  CacheCode code = CacheCode::f16;
+  float* scale = nullptr;   // int8: the row's scale, written
+  float inv_scale = 1.0f;   // fp8: 1 / the head's scale, applied in f32 before rounding
+};
+
 }  // namespace rotary::detail
 
 #endif  // ROTARY_DETAIL_KERNEL_ARGS_HPP

@@ -208,6 +208,51 @@ ROTARY_ALWAYS_INLINE void copy_u16(const void* in, void* out, std::int64_t n) no
   if (bytes & 2) std::memcpy(dst, src, 2);
 }
 
+// KV-cache codes of 4 f32 values (simd_body.hpp's cache_row_impl; quantize.hpp's definitions):
+// FRINTN (nearest even, whatever FPCR says), NaN and range tests on the bits.
+struct CacheOps {
+  static constexpr int L = 4;
+  using Acc = uint32x4_t;
+  static ROTARY_ALWAYS_INLINE Acc zero() noexcept { return vdupq_n_u32(0); }
+  static ROTARY_ALWAYS_INLINE Acc max_abs(Acc acc, float32x4_t v) noexcept {
+    return vmaxq_u32(acc, vandq_u32(vreinterpretq_u32_f32(v), vdupq_n_u32(0x7fffffffu)));
+  }
+  static ROTARY_ALWAYS_INLINE std::uint32_t reduce_max(Acc acc) noexcept { return vmaxvq_u32(acc); }
+  // 2 codes of int8_code(x * inv): exact products in double, rounded to nearest even, clamped.
+  static ROTARY_ALWAYS_INLINE int32x2_t int8_half(float64x2_t x, float64x2_t inv) noexcept {
+    const float64x2_t r = vrndnq_f64(vmulq_f64(x, inv));
+    return vmovn_s64(vcvtq_s64_f64(vminq_f64(vmaxq_f64(r, vdupq_n_f64(-127.0)), vdupq_n_f64(127.0))));
+  }
+  static ROTARY_ALWAYS_INLINE void int8(float32x4_t x, double inv, std::int8_t* out) noexcept {
+    const float64x2_t d = vdupq_n_f64(inv);
+    const int16x4_t w = vmovn_s32(vcombine_s32(int8_half(vcvt_f64_f32(vget_low_f32(x)), d),
+                                               int8_half(vcvt_high_f64_f32(x), d)));
+    const int8x8_t b = vmovn_s16(vcombine_s16(w, w));
+    const std::uint32_t w4 = vget_lane_u32(vreinterpret_u32_s8(b), 0);
+    std::memcpy(out, &w4, sizeof w4);
+  }
+  // 4 codes of fp8_e4m3_code(y).
+  static ROTARY_ALWAYS_INLINE void fp8(float32x4_t y, std::uint8_t* out) noexcept {
+    const uint32x4_t u = vreinterpretq_u32_f32(y);
+    const uint32x4_t a = vandq_u32(u, vdupq_n_u32(0x7fffffffu));
+    // normal results: drop 20 mantissa bits to even, rebias, at most 0x7e
+    const uint32x4_t rounded = vaddq_u32(vaddq_u32(a, vdupq_n_u32(0x7ffffu)), vandq_u32(vshrq_n_u32(a, 20), vdupq_n_u32(1u)));
+    uint32x4_t r = vreinterpretq_u32_s32(vminq_s32(
+        vsubq_s32(vreinterpretq_s32_u32(vshrq_n_u32(rounded, 20)), vdupq_n_s32(120 << 3)), vdupq_n_s32(0x7e)));
+    // below 2^-6: a multiple of 2^-9, rounded to even (|y| * 512 is exact; other lanes zeroed first)
+    const uint32x4_t small = vcltq_u32(a, vdupq_n_u32(0x3c800000u));
+    const float32x4_t scaled = vmulq_n_f32(vreinterpretq_f32_u32(vandq_u32(a, small)), 512.0f);
+    r = vbslq_u32(small, vcvtq_u32_f32(vrndnq_f32(scaled)), r);
+    r = vbslq_u32(vcgeq_u32(a, vdupq_n_u32(0x43e00000u)), vdupq_n_u32(0x7eu), r);
+    r = vbslq_u32(vcgtq_u32(a, vdupq_n_u32(0x7f800000u)), vdupq_n_u32(0x7fu), r);
+    r = vorrq_u32(r, vandq_u32(vshrq_n_u32(u, 24), vdupq_n_u32(0x80u)));
+    const uint16x4_t h = vmovn_u32(r);
+    const uint8x8_t b = vmovn_u16(vcombine_u16(h, h));
+    const std::uint32_t w4 = vget_lane_u32(vreinterpret_u32_u8(b), 0);
+    std::memcpy(out, &w4, sizeof w4);
+  }
+};
+
 // Rows whose cos (or sin) values fill at most this many full vectors keep them in registers: 2*8 of
 // the 32 q registers, the rest for data and temporaries. f32/f16/bf16: rotary_dim <= 70 (8 vectors
 // + up to 3 scalar pairs), f64: rotary_dim <= 34 (8 vectors + 1 pair). No blocked order.

@@ -82,6 +82,31 @@ constexpr NormKernel<T> norm_kernel_for(Isa isa) noexcept {
   }
 }
 
+// One KV-cache row (CacheRowArgs); every ISA's gives scalar::cache_row's bits.
+template <class T>
+using CacheRowKernel = void (*)(const CacheRowArgs<T>&) noexcept;
+
+template <class T>
+constexpr CacheRowKernel<T> cache_row_kernel_for(Isa isa) noexcept {
+  static_assert(is_storage_type_v<T>, "f32, f64, f16 or bf16");
+  switch (isa) {
+    case Isa::scalar:
+      return &scalar::cache_row<T>;
+#if ROTARY_X86_KERNELS
+    case Isa::avx2:
+      return &avx2::cache_row<T>;
+    case Isa::avx512:  // bf16 input: widening only, no rounding variant to pick
+      return &avx512::cache_row<T>;
+#endif
+#if ROTARY_NEON_KERNELS
+    case Isa::neon:
+      return &neon::cache_row<T>;
+#endif
+    default:
+      return nullptr;
+  }
+}
+
 // A kernel a test or benchmark can run: its name ("avx512", "avx512.bf16_integer", ...), ISA and
 // whether this build and CPU run it.
 template <class T>
@@ -123,25 +148,30 @@ std::vector<KernelVariant<T>> kernel_variants() {
 // NOLINTBEGIN(bugprone-macro-parentheses): T is a type, KW a keyword
 #define ROTARY_DETAIL_KERNEL_SIGNATURE(T) (const KernelArgs<T>&, std::int64_t, std::int64_t) noexcept
 #define ROTARY_DETAIL_NORM_SIGNATURE(T) (const NormArgs<T>&) noexcept
+#define ROTARY_DETAIL_CACHE_ROW_SIGNATURE(T) (const CacheRowArgs<T>&) noexcept
 #if ROTARY_X86_KERNELS
 #define ROTARY_DETAIL_X86_INSTANCES(KW, T)                                  \
   KW void avx2::rotate_tokens<T> ROTARY_DETAIL_KERNEL_SIGNATURE(T); \
   KW void avx512::rotate_tokens<T> ROTARY_DETAIL_KERNEL_SIGNATURE(T); \
   KW void avx2::norm_rows<T> ROTARY_DETAIL_NORM_SIGNATURE(T);       \
-  KW void avx512::norm_rows<T> ROTARY_DETAIL_NORM_SIGNATURE(T);
+  KW void avx512::norm_rows<T> ROTARY_DETAIL_NORM_SIGNATURE(T);       \
+  KW void avx2::cache_row<T> ROTARY_DETAIL_CACHE_ROW_SIGNATURE(T);    \
+  KW void avx512::cache_row<T> ROTARY_DETAIL_CACHE_ROW_SIGNATURE(T);
 #else
 #define ROTARY_DETAIL_X86_INSTANCES(KW, T)
 #endif
 #if ROTARY_NEON_KERNELS
 #define ROTARY_DETAIL_NEON_INSTANCE(KW, T)                         \
   KW void neon::rotate_tokens<T> ROTARY_DETAIL_KERNEL_SIGNATURE(T); \
-  KW void neon::norm_rows<T> ROTARY_DETAIL_NORM_SIGNATURE(T);
+  KW void neon::norm_rows<T> ROTARY_DETAIL_NORM_SIGNATURE(T);       \
+  KW void neon::cache_row<T> ROTARY_DETAIL_CACHE_ROW_SIGNATURE(T);
 #else
 #define ROTARY_DETAIL_NEON_INSTANCE(KW, T)
 #endif
 #define ROTARY_DETAIL_TYPE_INSTANCES(KW, T)                            \
   KW void scalar::rotate_tokens<T> ROTARY_DETAIL_KERNEL_SIGNATURE(T); \
   KW void scalar::norm_rows<T> ROTARY_DETAIL_NORM_SIGNATURE(T);       \
+  KW void scalar::cache_row<T> ROTARY_DETAIL_CACHE_ROW_SIGNATURE(T);   \
   ROTARY_DETAIL_X86_INSTANCES(KW, T)                                  \
   ROTARY_DETAIL_NEON_INSTANCE(KW, T)
 #define ROTARY_DETAIL_KERNEL_INSTANCES(KW)    \

@@ -10,11 +10,13 @@
 
 #include "../guard.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 
 #include "../convert.hpp"
+#include "../quantize.hpp"
 #include "entries.hpp"
 #include "kernel_args.hpp"
 
@@ -93,6 +95,19 @@ void norm_rows(const NormArgs<T>& a) noexcept {
       y[i] = from_compute<T>(v);
     }
   }
+}
+
+// One KV-cache row (CacheRowArgs): quantize.hpp's definitions, element by element. Not `inline`,
+// like rotate_tokens.
+template <class T>
+void cache_row(const CacheRowArgs<T>& a) noexcept {
+  double inv = 0.0;
+  if (a.code == CacheCode::int8) {
+    std::uint32_t m = 0;
+    for (std::int64_t j = 0; j < a.n; ++j) m = std::max(m, abs_bits(a.in[j]));
+    if (!int8_begin(a, m, inv)) return;
+  }
+  cache_codes(a, inv, 0);
 }
 
 }  // namespace rotary::detail::scalar

@@ -459,6 +459,12 @@ bool run_policy(const KernelArgs<typename P::T>& a, std::int64_t t0, std::int64_
   return true;
 }
 
+// The lane ops of storage type T (f32, f64, f16, bf16; bf16 with the integer rounding).
+template <class T>
+using LanesOf = std::conditional_t<
+    std::is_same_v<T, float>, F32,
+    std::conditional_t<std::is_same_v<T, double>, F64, std::conditional_t<std::is_same_v<T, f16>, F16, BF16>>>;
+
 // Tokens [t0, t1) of a call with lane ops S: the pairing's policy (the pair form first where S
 // prefers it while a row fits in registers).
 template <class S>
@@ -484,10 +490,7 @@ void rotate_tokens_impl(const KernelArgs<typename S::T>& a, std::int64_t t0, std
 template <class T>
 void rotate_tokens(const KernelArgs<T>& a, std::int64_t t0, std::int64_t t1) noexcept {
   static_assert(is_storage_type_v<T>, "f32, f64, f16 or bf16");
-  using S = std::conditional_t<
-      std::is_same_v<T, float>, F32,
-      std::conditional_t<std::is_same_v<T, double>, F64, std::conditional_t<std::is_same_v<T, f16>, F16, BF16>>>;
-  rotate_tokens_impl<S>(a, t0, t1);
+  rotate_tokens_impl<LanesOf<T>>(a, t0, t1);
 }
 
 // ---- per-head RMSNorm ----------------------------------------------------------------------------
@@ -631,8 +634,50 @@ ROTARY_KERNEL_TARGET void norm_rows_impl(const NormArgs<typename S::T>& a) noexc
 template <class T>
 void norm_rows(const NormArgs<T>& a) noexcept {
   static_assert(is_storage_type_v<T>, "f32, f64, f16 or bf16");
-  using S = std::conditional_t<
-      std::is_same_v<T, float>, F32,
-      std::conditional_t<std::is_same_v<T, double>, F64, std::conditional_t<std::is_same_v<T, f16>, F16, BF16>>>;
-  norm_rows_impl<S>(a);
+  norm_rows_impl<LanesOf<T>>(a);
+}
+
+// ---- KV-cache rows -------------------------------------------------------------------------------
+
+// One cache row (CacheRowArgs) with lane ops S for the input and the ISA's CacheOps for the codes,
+// scalar::cache_row's bits: whole vectors of L values, the last n % L by quantize.hpp's cache_codes.
+// int8 takes two passes: the largest |x| bits by unsigned integer maxima (their order cannot change
+// the result), then per value the double multiply and explicitly rounded conversion of int8_code.
+// f16 and bf16 codes use the ISA's own storage lanes (the rotate kernels' rounding).
+template <class S>
+ROTARY_KERNEL_TARGET void cache_row_impl(const CacheRowArgs<typename S::T>& a) noexcept {
+  static_assert(S::L == CacheOps::L, "one f32 vector of input per vector of codes");
+  constexpr int L = S::L;
+  const typename S::T* in = a.in;
+  const std::int64_t full = a.n - a.n % L;
+  double inv = 0.0;
+  if (a.code == CacheCode::int8) {
+    typename CacheOps::Acc acc = CacheOps::zero();
+    for (std::int64_t j = 0; j < full; j += L) acc = CacheOps::max_abs(acc, S::load(in + j));
+    std::uint32_t m = CacheOps::reduce_max(acc);
+    for (std::int64_t j = full; j < a.n; ++j) m = std::max(m, abs_bits(in[j]));
+    if (!int8_begin(a, m, inv)) return;
+    auto* out = static_cast<std::int8_t*>(a.out);
+    for (std::int64_t j = 0; j < full; j += L) CacheOps::int8(S::load(in + j), inv, out + j);
+  } else if (a.code == CacheCode::fp8_e4m3) {
+    const typename S::V f = F32::set1(a.inv_scale);
+    auto* out = static_cast<std::uint8_t*>(a.out);
+    for (std::int64_t j = 0; j < full; j += L) CacheOps::fp8(F32::mul(S::load(in + j), f), out + j);
+  } else if (a.code == CacheCode::f16) {
+    auto* out = static_cast<f16*>(a.out);
+    for (std::int64_t j = 0; j < full; j += L) F16::store(out + j, S::load(in + j));
+  } else {
+    auto* out = static_cast<bf16*>(a.out);
+    for (std::int64_t j = 0; j < full; j += L) BF16::store(out + j, S::load(in + j));
+  }
+  cache_codes(a, inv, full);
+}
+
+template <class T>
+void cache_row(const CacheRowArgs<T>& a) noexcept {
+  static_assert(is_storage_type_v<T>, "f32, f64, f16 or bf16");
+  if constexpr (std::is_same_v<T, double>)
+    scalar::cache_row(a);  // (no double row reaches a 16- or 8-bit cache: kv_cache.hpp refuses it)
+  else
+    cache_row_impl<LanesOf<T>>(a);
 }
