@@ -340,8 +340,9 @@ class PrologueRunner {
   static constexpr std::int64_t kNormChunkBytes = std::int64_t{192} * 1024;
   static constexpr std::int64_t kMaxNormChunk = 64;  // tokens
 
+  // tokens: how many this runner will see (its scratch rows are never longer; at decode, one token's)
   PrologueRunner(const Prologue<T, E, W>& c, const PrologueKernels<T>& kernels, std::int64_t head_dim,
-                 std::int64_t rotary_dim, Pairing pairing)
+                 std::int64_t rotary_dim, Pairing pairing, std::int64_t tokens)
       : c_(c), kern_(kernels), d_(head_dim), r_(rotary_dim), pairing_(pairing) {
     pre_q_ = c.q_layout.heads > 0 && c.deinterleave;
     pre_k_ = c.k_layout.heads > 0 && c.deinterleave;
@@ -354,6 +355,7 @@ class PrologueRunner {
     } else if (pre_q_ || pre_k_ || k_scratch_out_) {
       chunk_ = kChunk;
     }
+    if (chunk_ > 0) chunk_ = std::clamp<std::int64_t>(tokens, 1, chunk_);
     // scratch rows for chunk_ tokens (a norm before RoPE and deinterleaving are never combined)
     if (pre_q_) q_in_.resize(static_cast<std::size_t>(chunk_ * c.q_layout.heads * d_));
     if (pre_k_) k_in_.resize(static_cast<std::size_t>(chunk_ * c.k_layout.heads * d_));
@@ -535,7 +537,7 @@ void prologue(bool checked, const R& r, const Prologue<T, E, W>& c, const rotato
         ((c.q_layout.heads + c.k_layout.heads) * r.head_dim() + c.v_layout.heads * c.v_cache.head_dim) * 2 *
         static_cast<std::int64_t>(sizeof(T));
     for_token_ranges(tokens, per_token, parallel, [&](std::int64_t begin, std::int64_t end) {
-      PrologueRunner<T, E, W> runner(c, kernels, r.head_dim(), rotary_dim, r.pairing());
+      PrologueRunner<T, E, W> runner(c, kernels, r.head_dim(), rotary_dim, r.pairing(), end - begin);
       if (!rotates) {  // v only: no rows needed
         runner.run(RowSource<compute_t<T>>{}, begin, end);
         return;

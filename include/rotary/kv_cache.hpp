@@ -332,8 +332,8 @@ float inverse_head_scale(const KvCacheView<E>& c, std::int64_t h) noexcept {
 
 // Rows of a view of T ([tokens, heads] rows of head_dim) and a cache must not share memory.
 template <class T, class E>
-std::string check_cache_apart(const std::string& name, const T* p, const StridedLayout& l, std::int64_t head_dim,
-                              const std::string& cache_name, const KvCacheView<E>& c) {
+std::string check_cache_apart(const Name& name, const T* p, const StridedLayout& l, std::int64_t head_dim,
+                              const char* cache_name, const KvCacheView<E>& c) {
   const Extent x = extent_of(p, l.tokens, l.heads, l.token_stride, l.head_stride, head_dim);
   if (overlap(x, c.extent()))
     return concat(name, " and ", cache_name, " share memory (the cache must be its own buffer)");
@@ -342,8 +342,8 @@ std::string check_cache_apart(const std::string& name, const T* p, const Strided
 
 // The whole of a write: rows [tokens, cache.heads] of cache.head_dim, one slot per token.
 template <class T, class E>
-std::string check_cache_write(const std::string& name, const T* x, const StridedLayout& l, const Slots& slots,
-                              const std::string& cache_name, const KvCacheView<E>& c) {
+std::string check_cache_write(const Name& name, const T* x, const StridedLayout& l, const Slots& slots,
+                              const char* cache_name, const KvCacheView<E>& c) {
   std::string m = c.check();
   if (!m.empty()) return concat(cache_name, ": ", m);
   if (l.heads != c.heads)

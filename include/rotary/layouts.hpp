@@ -351,7 +351,7 @@ std::string check_in_out(const ViewNames& names, const BatchView<const T>& in, c
   const BatchShape& a = in.shape;
   const BatchShape& b = out.shape;
   if (a.batch != b.batch || a.seq != b.seq || a.heads != b.heads)
-    return concat(names.prefix, "shape mismatch: input is ", a.batch, " x ", a.seq, " x ", a.heads,
+    return concat(names.prefix(), "shape mismatch: input is ", a.batch, " x ", a.seq, " x ", a.heads,
                   ", output is ", b.batch, " x ", b.seq, " x ", b.heads, " (batch x seq x heads)");
   const bool same = in.data == out.data && in.strides.batch == out.strides.batch &&
                     in.strides.seq == out.strides.seq && in.strides.head == out.strides.head;

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <initializer_list>
 #include <limits>
+#include <ostream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -233,6 +234,23 @@ inline bool shared_rows(const RowSet& s, SharedRows& out) {
   return false;
 }
 
+// A view's name in messages ("x", "q", "q input", "k_cache"): up to two literal parts, made into a
+// string only when a message is written (checks run on every checked call, messages almost never).
+struct Name {
+  const char* first = "";
+  const char* second = "";  // after a space when both are non-empty
+  Name() = default;
+  Name(const char* s) noexcept : first(s) {}  // NOLINT(google-explicit-constructor): a literal names a view
+  Name(const char* a, const char* b) noexcept : first(a), second(b) {}
+  std::string str() const {
+    std::string s(first);
+    if (*first != '\0' && *second != '\0') s += ' ';
+    return s += second;
+  }
+  operator std::string() const { return str(); }  // NOLINT(google-explicit-constructor): messages
+};
+inline std::ostream& operator<<(std::ostream& os, const Name& n) { return os << n.str(); }
+
 // Where two views whose bounding ranges overlap meet: "<x> (token 0, head 1) element 3 is the same
 // memory as <y> (token 0, head 0) element 0", or, when their rows interleave without sharing an
 // element, the ranges each covers.
@@ -265,7 +283,7 @@ inline std::string rows_overlap_message(const std::string& name, const RowSet& s
 }
 
 template <class T>
-std::string check_view(const std::string& name, const T* p, std::int64_t tokens, std::int64_t heads,
+std::string check_view(const Name& name, const T* p, std::int64_t tokens, std::int64_t heads,
                        std::ptrdiff_t ts, std::ptrdiff_t hs, std::int64_t head_dim) {
   if (ts < 0 || hs < 0)
     return concat(name, " strides (token ", ts, ", head ", hs, ") must be >= 0");
@@ -308,23 +326,23 @@ bool in_place(const StreamArgs<T>& s) noexcept {
 // The names of a tensor's views in messages, after the caller's arguments: one view rotated in place
 // is `x` (or "q" / "k" of a fused call), else "input" and "output" ("q input", ...).
 struct ViewNames {
-  std::string in;
-  std::string out;
-  std::string prefix;  // "", "q " or "k "
+  Name in;
+  Name out;
+  const char* tensor = "";  // "", "q" or "k"
+  std::string prefix() const { return *tensor == '\0' ? std::string() : std::string(tensor) + " "; }
 };
-inline ViewNames view_names(const std::string& tensor, bool same, const char* x_name) {
-  const std::string prefix = tensor.empty() ? "" : tensor + " ";
+inline ViewNames view_names(const char* tensor, bool same, const char* x_name) noexcept {
   if (same) {
-    const std::string x = tensor.empty() ? std::string(x_name) : tensor;
-    return {x, x, prefix};
+    const char* x = *tensor == '\0' ? x_name : tensor;
+    return {Name(x), Name(x), tensor};
   }
-  return {prefix + "input", prefix + "output", prefix};
+  return {Name(tensor, "input"), Name(tensor, "output"), tensor};
 }
 
 // One tensor ("" alone, or "q" / "k" of a fused call): its views are sound, and input and output
 // are the same view or disjoint.
 template <class T>
-std::string check_stream(const std::string& tensor, const StreamArgs<T>& s, std::int64_t tokens,
+std::string check_stream(const char* tensor, const StreamArgs<T>& s, std::int64_t tokens,
                          std::int64_t head_dim, const char* x_name) {
   const bool same = in_place(s);
   const ViewNames names = view_names(tensor, same, x_name);
@@ -419,7 +437,7 @@ std::string qk_clash(const KernelArgs<T>& a) {
     std::ptrdiff_t ts;
     std::ptrdiff_t hs;
     std::int64_t heads;
-    std::string name;
+    Name name;
   };
   const ViewNames qn = view_names("q", in_place(a.q), "");
   const ViewNames kn = view_names("k", in_place(a.k), "");
