@@ -300,9 +300,14 @@ ROTARY_AVX512_INLINE void copy_u16(const void* in, void* out, std::int64_t n) no
 }
 
 // KV-cache codes of 16 f32 values (simd_body.hpp's cache_row_impl; quantize.hpp's definitions):
-// rounding by vrndscale's immediate (nearest even, not MXCSR), NaN and range tests on the bits.
+// rounding by the conversions' embedded rounding (nearest even, not MXCSR), NaN and range tests on
+// the bits.
 struct CacheOps {
-  // All-lanes maskz forms throughout: g++ 12's unmasked ones trip -Wmaybe-uninitialized.
+  // All-lanes maskz forms throughout: g++ 12's unmasked ones trip -Wmaybe-uninitialized. Except
+  // without optimization (no __OPTIMIZE__), where g++'s intrinsics with an immediate rounding
+  // argument are macros that pass our mask to a builtin's signed char / short parameter
+  // (-Wsign-conversion in a -Werror consumer's Debug build); the unmasked forms pass -1 there, and
+  // -Wmaybe-uninitialized does not run at -O0.
   static constexpr int L = 16;
   static constexpr __mmask16 all = 0xFFFF;
   static constexpr __mmask8 all8 = 0xFF;
@@ -322,8 +327,12 @@ struct CacheOps {
   // rounding (nearest even, not MXCSR). No clamp: |x| <= absmax, so |x * inv| <= 127 (1 + 2^-53)^2
   // rounds to at most 127.
   static ROTARY_AVX512_INLINE __m256i int8_half(__m256 x, __m512d inv) noexcept {
-    return _mm512_maskz_cvt_roundpd_epi32(all8, _mm512_mul_pd(_mm512_maskz_cvtps_pd(all8, x), inv),
-                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512d p = _mm512_mul_pd(_mm512_maskz_cvtps_pd(all8, x), inv);
+#ifdef __OPTIMIZE__
+    return _mm512_maskz_cvt_roundpd_epi32(all8, p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+#else  // see above
+    return _mm512_cvt_roundpd_epi32(p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+#endif
   }
   static ROTARY_AVX512_INLINE void int8(__m512 x, double inv, std::int8_t* out) noexcept {
     const __m512d d = _mm512_set1_pd(inv);
@@ -344,8 +353,11 @@ struct CacheOps {
     // below 2^-6: a multiple of 2^-9, rounded to even (|y| * 512 is exact; other lanes untouched)
     const __mmask16 small = _mm512_cmplt_epu32_mask(a, _mm512_set1_epi32(0x3c800000));
     const __m512 scaled = _mm512_maskz_mul_ps(small, _mm512_castsi512_ps(a), _mm512_set1_ps(512.0f));
-    const __m512i sub = _mm512_maskz_cvttps_epi32(
-        small, _mm512_maskz_roundscale_ps(small, scaled, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#ifdef __OPTIMIZE__
+    const __m512i sub = _mm512_maskz_cvt_roundps_epi32(small, scaled, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+#else  // see above; only the small lanes are kept
+    const __m512i sub = _mm512_cvt_roundps_epi32(scaled, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+#endif
     r = _mm512_mask_mov_epi32(r, small, sub);
     r = _mm512_mask_mov_epi32(r, _mm512_cmpge_epu32_mask(a, _mm512_set1_epi32(0x43e00000)), _mm512_set1_epi32(0x7e));
     r = _mm512_mask_mov_epi32(r, _mm512_cmpgt_epu32_mask(a, _mm512_set1_epi32(0x7f800000)), _mm512_set1_epi32(0x7f));
