@@ -287,7 +287,8 @@ TEST(CacheRowKernels, Fp8RowsAreTheNearestCodeOfTheScaledValue) {
 // ---- the norm kernels ---------------------------------------------------------------------------
 
 // Every ISA's norm_rows gives the scalar kernel's bits (row lengths with and without the register
-// form and the scalar tail, unaligned rows, with and without weights), and the scalar kernel is
+// form and the scalar tail, unaligned rows, with and without weights, out of place and in place,
+// 11 rows: batches of 4 and the rows left over), and the scalar kernel is
 // within 4 ulp(compute type) of x / sqrt(mean(x^2) + eps) * w computed in double (relative to the
 // row's largest |x * factor * w|, plus half an ulp of the storage type).
 template <class T>
@@ -295,7 +296,7 @@ void check_norm_kernels(std::mt19937_64& rng) {
   using C = rotary::compute_t<T>;
   for (const std::int64_t n : {1, 2, 7, 16, 17, 33, 64, 80, 100, 128, 130, 200, 256, 300}) {
     SCOPED_TRACE(::testing::Message() << rotary::dtype_name<T>() << " n " << n << " " << rotary_test::seed_note());
-    const std::int64_t rows = 5;
+    const std::int64_t rows = 11;
     const std::int64_t stride = n + 3;  // rows start unaligned
     const auto x = rotary_test::random_vector<T>(static_cast<std::size_t>(rows * stride + 1), rng, -4.0, 4.0);
     std::vector<C> w(static_cast<std::size_t>(n));
@@ -343,6 +344,16 @@ void check_norm_kernels(std::mt19937_64& rng) {
         a.out = out.data() + 1;
         k(a);
         EXPECT_TRUE(same_bytes(out, ref)) << name;
+        std::vector<T> in_place(x);  // in place (RMSNorm of q and k in the fused prologue)
+        rotary::detail::NormArgs<T> b = a;
+        b.in = in_place.data() + 1;
+        b.out = in_place.data() + 1;
+        k(b);
+        for (std::int64_t r = 0; r < rows; ++r)
+          EXPECT_EQ(std::memcmp(in_place.data() + 1 + r * stride, ref.data() + 1 + r * stride,
+                                static_cast<std::size_t>(n) * sizeof(T)),
+                    0)
+              << name << " in place, row " << r;
       }
     }
   }
