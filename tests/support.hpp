@@ -41,6 +41,14 @@ inline std::uint64_t seed() {
 
 inline std::string seed_note() { return "(ROTARY_TEST_SEED=" + std::to_string(seed()) + ")"; }
 
+// Built to run under a user-mode emulator (qemu-aarch64 for the cross build): the few tests whose
+// cost is thousands of emulated table rows take a documented subset there.
+#if defined(ROTARY_TEST_EMULATED) && ROTARY_TEST_EMULATED
+inline constexpr bool kEmulated = true;
+#else
+inline constexpr bool kEmulated = false;
+#endif
+
 // Death tests re-execute the test binary for each statement ("threadsafe": a fresh process). Under a
 // user-mode emulator (qemu-aarch64 for the cross build, ROTARY_TEST_EMULATED) the host cannot exec
 // a target binary, so they fork only ("fast"); tests that need fresh process state reset it.

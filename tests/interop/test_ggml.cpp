@@ -206,10 +206,16 @@ void run_all(std::uint64_t salt) {
         if (::testing::Test::HasFatalFailure()) return;
       }
   // The table path (one per geometry and mode: its 2^15 + 1 rows are the costly part), on the
-  // parameter sets that change theta and the magnitude most.
+  // parameter sets that change theta and the magnitude most. Under a user-mode emulator (the AArch64
+  // build under qemu, where building these tables took 36 of the 37 s per dtype) each geometry
+  // takes one mode and one set, both alternating, so each mode and set still meets a table: the
+  // table's own exactness on AArch64 is test_cache's.
+  std::size_t combination = 0;
   for (const Geometry& g : geometries())
     for (const Mode mode : {Mode::normal, Mode::neox})
       for (const ParamSet& s : {param_sets()[4], param_sets()[6]}) {
+        const std::size_t k = combination++;
+        if (rotary_test::kEmulated && k % 4 != (k / 4) % 4) continue;
         SCOPED_TRACE(std::string("table ") + g.name + (mode == Mode::normal ? " normal " : " neox ") +
                      s.name);
         const RopeExtParams p = make_params(s, g, mode, rng);
