@@ -181,12 +181,13 @@ std::string check_prologue(const Prologue<T, E, W>& c, std::int64_t head_dim, st
     return "deinterleave (pairs in interleaved order, out in half-split order) needs a half_split rotator";
   if (c.deinterleave && (c.q_norm.enabled || c.k_norm.enabled))
     return "deinterleave with a q/k norm before RoPE is not supported (norm the rows, then call again)";
-  std::string m = check_norm("q_norm", c.q_norm);
-  if (m.empty()) m = check_norm("k_norm", c.k_norm);
-  if (m.empty()) m = check_norm("l2_after", c.l2_after, false);
-  if (m.empty() && c.q_norm.enabled && c.q_norm.weight == nullptr) m = "q_norm has no weight (use l2 for none)";
-  if (m.empty() && c.k_norm.enabled && c.k_norm.weight == nullptr) m = "k_norm has no weight (use l2 for none)";
-  if (!m.empty()) return m;
+  // Each step returns its message as soon as it has one (no string assigned on the way: at decode
+  // size these checks are a tenth of a fused call).
+  if (std::string m = check_norm("q_norm", c.q_norm); !m.empty()) return m;
+  if (std::string m = check_norm("k_norm", c.k_norm); !m.empty()) return m;
+  if (std::string m = check_norm("l2_after", c.l2_after, false); !m.empty()) return m;
+  if (c.q_norm.enabled && c.q_norm.weight == nullptr) return "q_norm has no weight (use l2 for none)";
+  if (c.k_norm.enabled && c.k_norm.weight == nullptr) return "k_norm has no weight (use l2 for none)";
 
   // q and k through the driver's own checks (views, in place or disjoint, q outputs apart from k).
   KernelArgs<T> a;
@@ -201,12 +202,15 @@ std::string check_prologue(const Prologue<T, E, W>& c, std::int64_t head_dim, st
   if (k) a.k = k_out ? stream(c.k, c.k_layout, c.k_out, c.k_out_layout)
                      : stream(c.k, c.k_layout, const_cast<T*>(c.k), c.k_layout);  // read only
   if (!q) std::swap(a.q, a.k);
-  if (q || k) m = check_call(a, "q");
-  if (!m.empty()) return m;
+  if (q || k) {
+    if (std::string m = check_call(a, "q"); !m.empty()) return m;
+  }
   if (v) {
-    m = check_view("v", c.v, tokens, c.v_layout.heads, c.v_layout.token_stride, c.v_layout.head_stride,
-                   c.v_cache.head_dim);
-    if (m.empty() && q && overlap(extent_of(c.q_out, tokens, c.q_layout.heads, c.q_out_layout.token_stride,
+    if (std::string m = check_view("v", c.v, tokens, c.v_layout.heads, c.v_layout.token_stride,
+                                   c.v_layout.head_stride, c.v_cache.head_dim);
+        !m.empty())
+      return m;
+    if (q && overlap(extent_of(c.q_out, tokens, c.q_layout.heads, c.q_out_layout.token_stride,
                                             c.q_out_layout.head_stride, head_dim),
                                   extent_of(c.v, tokens, c.v_layout.heads, c.v_layout.token_stride,
                                             c.v_layout.head_stride, c.v_cache.head_dim)) &&
@@ -214,25 +218,34 @@ std::string check_prologue(const Prologue<T, E, W>& c, std::int64_t head_dim, st
           heads_apart(static_cast<const T*>(c.q_out), c.q_layout.heads, c.q_out_layout.token_stride,
                       c.q_out_layout.head_stride, c.v, c.v_layout.heads, c.v_layout.token_stride,
                       c.v_layout.head_stride, tokens, head_dim)))
-      m = "q output and v share memory";
-    if (!m.empty()) return m;
+      return "q output and v share memory";
   }
   if (c.has_k_cache()) {
     if (c.k_cache.head_dim != head_dim)
       return concat("k_cache head_dim (", c.k_cache.head_dim, ") is not the rotator's (", head_dim, ")");
-    m = check_cache_write("k", c.k, c.k_layout, c.slots, "k_cache", c.k_cache);
+    if (std::string m = check_cache_write("k", c.k, c.k_layout, c.slots, "k_cache", c.k_cache); !m.empty()) return m;
   }
-  if (m.empty() && c.has_v_cache()) m = check_cache_write("v", c.v, c.v_layout, c.slots, "v_cache", c.v_cache);
-  if (!m.empty()) return m;
+  if (c.has_v_cache()) {
+    if (std::string m = check_cache_write("v", c.v, c.v_layout, c.slots, "v_cache", c.v_cache); !m.empty()) return m;
+  }
   // Outputs apart from the caches; the two caches apart, or side by side in the same rows (MLA).
   for (const auto* cache : {&c.k_cache, &c.v_cache}) {
     if (cache->data == nullptr) continue;
     const char* cname = cache == &c.k_cache ? "k_cache" : "v_cache";
-    if (q) m = check_cache_apart("q output", c.q_out, c.q_out_layout, head_dim, cname, *cache);
-    if (m.empty() && k_out) m = check_cache_apart("k output", c.k_out, c.k_out_layout, head_dim, cname, *cache);
-    if (m.empty() && (q || k)) m = check_cache_apart(q ? "q" : "k", q ? c.q : c.k, q ? c.q_layout : c.k_layout,
-                                                     head_dim, cname, *cache);
-    if (!m.empty()) return m;
+    if (q) {
+      if (std::string m = check_cache_apart("q output", c.q_out, c.q_out_layout, head_dim, cname, *cache); !m.empty())
+        return m;
+    }
+    if (k_out) {
+      if (std::string m = check_cache_apart("k output", c.k_out, c.k_out_layout, head_dim, cname, *cache); !m.empty())
+        return m;
+    }
+    if (q || k) {
+      if (std::string m = check_cache_apart(q ? "q" : "k", q ? c.q : c.k, q ? c.q_layout : c.k_layout, head_dim, cname,
+                                            *cache);
+          !m.empty())
+        return m;
+    }
   }
   if (c.has_k_cache() && c.has_v_cache() && overlap(c.k_cache.extent(), c.v_cache.extent()) &&
       !caches_side_by_side(c.k_cache, c.v_cache))

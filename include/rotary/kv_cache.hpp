@@ -239,17 +239,25 @@ class Slots {
     if (is_mapping()) {
       if (count_ != tokens) return concat("slot_mapping has ", count_, " values for ", tokens, " tokens");
       if (tokens > 0 && map_ == nullptr) return concat("slot_mapping is null but ", tokens, " tokens are written");
-      std::vector<std::int64_t> used;
-      used.reserve(static_cast<std::size_t>(tokens));
-      for (std::int64_t t = 0; t < tokens; ++t) {
+      for (std::int64_t t = 0; t < tokens; ++t)
         if (map_[t] >= cache_slots)
           return concat("slot_mapping[", t, "] (", map_[t], ") is outside the cache's ", cache_slots, " slots");
-        if (map_[t] >= 0) used.push_back(map_[t]);
+      const auto twice = [](std::int64_t slot) {
+        return concat("slot_mapping writes slot ", slot, " twice in one call (the result would depend on order)");
+      };
+      if (tokens <= kPairwiseDuplicateCheck) {  // decode-sized calls: no allocation
+        for (std::int64_t t = 1; t < tokens; ++t)
+          for (std::int64_t u = 0; u < t && map_[t] >= 0; ++u)
+            if (map_[u] == map_[t]) return twice(map_[t]);
+        return {};
       }
+      std::vector<std::int64_t> used;
+      used.reserve(static_cast<std::size_t>(tokens));
+      for (std::int64_t t = 0; t < tokens; ++t)
+        if (map_[t] >= 0) used.push_back(map_[t]);
       std::sort(used.begin(), used.end());
       const auto dup = std::adjacent_find(used.begin(), used.end());
-      if (dup != used.end())
-        return concat("slot_mapping writes slot ", *dup, " twice in one call (the result would depend on order)");
+      if (dup != used.end()) return twice(*dup);
       return {};
     }
     if (per_seq_ < 0 || count_ < 0)
@@ -267,6 +275,7 @@ class Slots {
   }
 
  private:
+  static constexpr std::int64_t kPairwiseDuplicateCheck = 16;  // tokens: compared pairwise, not sorted
   Slots() = default;
   std::int64_t seqlen(std::int64_t b) const noexcept {
     return seqlens64_ != nullptr ? seqlens64_[b] : static_cast<std::int64_t>(seqlens32_[b]);
@@ -348,10 +357,10 @@ std::string check_cache_write(const Name& name, const T* x, const StridedLayout&
   if (!m.empty()) return concat(cache_name, ": ", m);
   if (l.heads != c.heads)
     return concat(name, " has ", l.heads, " heads but ", cache_name, " has ", c.heads);
-  m = check_view(name, x, l.tokens, l.heads, l.token_stride, l.head_stride, c.head_dim);
-  if (m.empty()) m = slots.check(l.tokens, c.slots(), c.block_size);
-  if (m.empty()) m = check_cache_apart(name, x, l, c.head_dim, cache_name, c);
-  return m;
+  if (std::string v = check_view(name, x, l.tokens, l.heads, l.token_stride, l.head_stride, c.head_dim); !v.empty())
+    return v;
+  if (std::string s = slots.check(l.tokens, c.slots(), c.block_size); !s.empty()) return s;
+  return check_cache_apart(name, x, l, c.head_dim, cache_name, c);
 }
 
 // Writes tokens [t0, t1) of x into their slots.

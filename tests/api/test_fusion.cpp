@@ -754,6 +754,25 @@ TEST(FusedQkvSplit, EqualsTheCallOnSeparateTensors) {
 
 // ---- refusals -----------------------------------------------------------------------------------------
 
+// Duplicate slots are found both ways Slots::check looks for them: pairwise (up to 16 tokens, no
+// allocation) and sorted (more); padding (negative) may repeat; the message names the slot.
+TEST(FusedErrors, DuplicateSlotsAtEveryCallSize) {
+  for (const std::int64_t tokens : {2, 3, 16, 17, 64}) {
+    std::vector<std::int64_t> map(static_cast<std::size_t>(tokens));
+    for (std::int64_t t = 0; t < tokens; ++t) map[static_cast<std::size_t>(t)] = t % 3 == 1 ? -1 : 3 * t;
+    EXPECT_EQ(Slots(map).check(tokens, 4 * tokens + 8, 8), "") << tokens << " tokens";
+    for (const std::int64_t at : {std::int64_t{0}, tokens / 2, tokens - 1}) {
+      std::vector<std::int64_t> dup = map;
+      const std::int64_t other = at == 0 ? tokens - 1 : 0;
+      dup[static_cast<std::size_t>(other)] = 3 * tokens + 5;
+      dup[static_cast<std::size_t>(at)] = 3 * tokens + 5;
+      const std::string m = Slots(dup).check(tokens, 4 * tokens + 8, 8);
+      EXPECT_NE(m.find("writes slot " + std::to_string(3 * tokens + 5) + " twice"), std::string::npos)
+          << tokens << " tokens, duplicate at " << other << " and " << at << ": \"" << m << "\"";
+    }
+  }
+}
+
 TEST(FusedErrors, RefusesBadCallsWithClearMessages) {
   using rotary_test::expect_error;
   const std::int64_t T_ = 3, H = 2, D = 8;

@@ -346,10 +346,12 @@ std::string check_stream(const char* tensor, const StreamArgs<T>& s, std::int64_
                          std::int64_t head_dim, const char* x_name) {
   const bool same = in_place(s);
   const ViewNames names = view_names(tensor, same, x_name);
-  std::string m = check_view(names.in, s.in, tokens, s.heads, s.in_token_stride, s.in_head_stride, head_dim);
-  if (!m.empty() || same) return m;
-  m = check_view(names.out, s.out, tokens, s.heads, s.out_token_stride, s.out_head_stride, head_dim);
-  if (!m.empty()) return m;
+  if (std::string m = check_view(names.in, s.in, tokens, s.heads, s.in_token_stride, s.in_head_stride, head_dim);
+      !m.empty() || same)
+    return m;
+  if (std::string m = check_view(names.out, s.out, tokens, s.heads, s.out_token_stride, s.out_head_stride, head_dim);
+      !m.empty())
+    return m;
   if (overlap(in_extent(s, tokens, head_dim), out_extent(s, tokens, head_dim)))
     return concat(
         names.in, " and ", names.out, " partially overlap: ",
@@ -472,14 +474,10 @@ std::string check_call(const KernelArgs<T>& a, const char* x_name = "x") {
     return concat("rotary_dim (", a.rotary_dim, ") must be even, positive and <= head_dim (",
                   a.head_dim, ")");
   const bool fused = a.k.heads > 0;
-  std::string m = check_stream(fused ? "q" : "", a.q, a.tokens, a.head_dim, x_name);
-  if (!m.empty()) return m;
-  if (fused) {
-    m = check_stream("k", a.k, a.tokens, a.head_dim, x_name);
-    if (!m.empty()) return m;
-    m = qk_clash(a);
-  }
-  return m;
+  if (std::string m = check_stream(fused ? "q" : "", a.q, a.tokens, a.head_dim, x_name); !m.empty() || !fused)
+    return m;
+  if (std::string m = check_stream("k", a.k, a.tokens, a.head_dim, x_name); !m.empty()) return m;
+  return qk_clash(a);
 }
 
 // The one throw-or-assert idiom: `check` returns "" or what is wrong. Checked calls run it and
