@@ -52,13 +52,7 @@ inline constexpr bool kEmulated = false;
 // Death tests re-execute the test binary for each statement ("threadsafe": a fresh process). Under a
 // user-mode emulator (qemu-aarch64 for the cross build, ROTARY_TEST_EMULATED) the host cannot exec
 // a target binary, so they fork only ("fast"); tests that need fresh process state reset it.
-inline const char* death_test_style() {
-#if defined(ROTARY_TEST_EMULATED) && ROTARY_TEST_EMULATED
-  return "fast";
-#else
-  return "threadsafe";
-#endif
-}
+inline const char* death_test_style() { return kEmulated ? "fast" : "threadsafe"; }
 
 // Head sizes covering every remainder modulo 4, 8 and 16 lanes (MLAS tests 6/42/70 on purpose).
 inline const std::vector<std::int64_t>& head_dims() {

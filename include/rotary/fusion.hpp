@@ -182,7 +182,7 @@ std::string check_prologue(const Prologue<T, E, W>& c, std::int64_t head_dim, st
   if (c.deinterleave && (c.q_norm.enabled || c.k_norm.enabled))
     return "deinterleave with a q/k norm before RoPE is not supported (norm the rows, then call again)";
   // Each step returns its message as soon as it has one (no string assigned on the way: at decode
-  // size these checks are a tenth of a fused call).
+  // size the checks were about a quarter of a fused call's time).
   if (std::string m = check_norm("q_norm", c.q_norm); !m.empty()) return m;
   if (std::string m = check_norm("k_norm", c.k_norm); !m.empty()) return m;
   if (std::string m = check_norm("l2_after", c.l2_after, false); !m.empty()) return m;

@@ -246,9 +246,11 @@ class Slots {
         return concat("slot_mapping writes slot ", slot, " twice in one call (the result would depend on order)");
       };
       if (tokens <= kPairwiseDuplicateCheck) {  // decode-sized calls: no allocation
-        for (std::int64_t t = 1; t < tokens; ++t)
-          for (std::int64_t u = 0; u < t && map_[t] >= 0; ++u)
+        for (std::int64_t t = 1; t < tokens; ++t) {
+          if (map_[t] < 0) continue;  // padding may repeat
+          for (std::int64_t u = 0; u < t; ++u)
             if (map_[u] == map_[t]) return twice(map_[t]);
+        }
         return {};
       }
       std::vector<std::int64_t> used;
