@@ -17,9 +17,11 @@
 // Element types E and their rounding (one definition, used by the fused and the unfused writes):
 //   float, f16, bf16 (and double for double vectors): round to nearest even (detail/convert.hpp).
 //   std::int8_t: symmetric, one scale per (slot, head) row, written to scales[slot * heads + head]:
-//                scale = absmax / 127 (in double, rounded to f32 once) and
-//                q = clamp(round_half_even(x * (127 / absmax)), -127, 127) in double (no overflow for
-//                any f32 absmax, subnormal ones included); an all-zero row gets scale
+//                scale = absmax / 127 and inv = 127 / absmax, each correctly rounded to f32, and
+//                q = round_half_even(x * inv) with the product rounded to f32: vLLM's dynamic per-token
+//                int8 quantization (dynamic_scaled_int8_quant) bit for bit. Rows of absmax below
+//                127 / FLT_MAX (~3.7e-37), whose f32 inv would overflow, are scaled by 127 / absmax in
+//                double instead (vLLM's codes there are +-127 garbage); an all-zero row gets scale
 //                0 and zeros; a row holding NaN or infinity gets scale NaN (it dequantizes to NaN,
 //                never to plausible numbers) and zeros.
 //   fp8_e4m3:    OCP FP8 E4M3 (bias 7, no infinities, max 448), one scale per head read from

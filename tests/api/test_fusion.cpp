@@ -7,7 +7,8 @@
 //   and two threads, on every ISA this machine runs (the composition is computed once, on scalar).
 // - Independent references: QK-norm + RoPE against the explicit rotation matrix R(m) applied to the
 //   norm computed in double (bound stated below); the fp8 encoder against a nearest-value search over
-//   all 256 codes; int8 rows against scale = absmax / 127 and round-half-even in double.
+//   all 256 codes; int8 rows against vLLM's formula (scale = absmax / 127, codes round-half-even
+//   of x * (127.0f / absmax) in f32), and against double for rows whose f32 multiplier overflows.
 // - The cache row kernels (int8, fp8, f16, bf16 codes): every ISA's bytes and int8 scales equal the
 //   scalar kernel's, rows of 1..512 values (every SIMD tail), unaligned, ties, boundaries, subnormals,
 //   NaN, infinities, random bits; nothing written past a row.
@@ -126,11 +127,14 @@ TEST(Int8Rows, ScaleIsAbsmaxOver127AndRoundingIsHalfEven) {
     double absmax = 0.0;
     for (float v : x) absmax = std::max(absmax, std::fabs(static_cast<double>(v)));
     ASSERT_EQ(scale, static_cast<float>(absmax / 127.0));
-    const double inv = 127.0 / absmax;
+    // vLLM's dynamic_scaled_int8_quant: 127.0f / absmax and the product in f32, then cvt.rni
+    volatile float inv = 127.0f / static_cast<float>(absmax);
     for (std::size_t i = 0; i < 64; ++i) {
-      const double q = std::nearbyint(static_cast<double>(x[i]) * inv);  // default mode: half even
-      ASSERT_EQ(out[i], static_cast<std::int8_t>(std::clamp(q, -127.0, 127.0))) << i;
-      ASSERT_LE(std::fabs(out[i] * static_cast<double>(scale) - x[i]), 0.5 * scale * (1 + 1e-6) + 1e-12);
+      volatile float product = x[i] * inv;
+      const float q = std::nearbyint(static_cast<float>(product));  // default mode: half even
+      ASSERT_EQ(out[i], static_cast<std::int8_t>(std::clamp(q, -127.0f, 127.0f))) << i;
+      // half a code, plus the f32 multiplier's and product's roundings (127 * 2^-23 codes at most)
+      ASSERT_LE(std::fabs(out[i] * static_cast<double>(scale) - x[i]), (0.5 + 2e-5) * scale);
     }
   }
   out.assign(4, 9);
@@ -138,7 +142,7 @@ TEST(Int8Rows, ScaleIsAbsmaxOver127AndRoundingIsHalfEven) {
   rotary::detail::store_row(out.data(), zeros.data(), 4, &scale, 1.0f, kScalarRow);
   EXPECT_EQ(scale, 0.0f);
   EXPECT_EQ(out, std::vector<std::int8_t>(4, 0));
-  // A subnormal absmax: 127 / absmax overflows f32 but not the double the rows are scaled in.
+  // A subnormal absmax: 127 / absmax overflows f32, so these rows are scaled in double.
   const float d = std::numeric_limits<float>::denorm_min();
   const std::vector<float> tiny = {d, -d, 0.0f, 2 * d};
   rotary::detail::store_row(out.data(), tiny.data(), 4, &scale, 1.0f, kScalarRow);
@@ -146,6 +150,45 @@ TEST(Int8Rows, ScaleIsAbsmaxOver127AndRoundingIsHalfEven) {
   const std::vector<float> bad = {1.0f, std::numeric_limits<float>::quiet_NaN(), 2.0f, 3.0f};
   rotary::detail::store_row(out.data(), bad.data(), 4, &scale, 1.0f, kScalarRow);
   EXPECT_TRUE(std::isnan(scale));  // the row dequantizes to NaN, never to plausible numbers
+}
+
+// The f32 multiplier's edge: rows just above absmax = 127 / FLT_MAX take the f32 formula, rows just
+// below it the double one (where 127.0f / absmax would be +Inf and x * Inf would make every code
+// +-127); both give codes within half a code of x / scale.
+TEST(Int8Rows, MultiplierOverflowEdgeAndF32Ties) {
+  const float edge = static_cast<float>(127.0 / static_cast<double>(std::numeric_limits<float>::max()));
+  std::vector<std::int8_t> out(4);
+  float scale = 0.0f;
+  for (const float absmax : {std::nextafter(edge, 0.0f), edge, std::nextafter(edge, 1.0f), 1e-38f, 1e-40f}) {
+    const std::vector<float> row = {absmax, -absmax * 0.25f, absmax * 0.5f, 0.0f};
+    rotary::detail::store_row(out.data(), row.data(), 4, &scale, 1.0f, kScalarRow);
+    const double s = static_cast<double>(absmax) / 127.0;
+    for (std::size_t i = 0; i < 4; ++i) {
+      const double exact = static_cast<double>(row[i]) / s;
+      EXPECT_LE(std::fabs(out[i] - exact), 0.5 + 1e-4) << absmax << " " << i;
+    }
+    EXPECT_EQ(out[0], 127) << absmax;
+    EXPECT_EQ(out[3], 0) << absmax;
+  }
+  // Values within an f32 rounding of k + 0.5 codes (found by search): the code is cvt.rni of fl(x * inv)
+  // in f32, which here differs from rounding x * (127 / absmax) in double by one.
+  struct Tie {
+    float absmax, x;
+    std::int8_t code;
+  };
+  const Tie ties[] = {{0x1.b14b94p-5f, 0x1.a3a5eap-6f, 62}, {0x1.eff214p-3f, 0x1.6b2c3cp-4f, 46},
+                      {0x1.7818bcp+2f, 0x1.98ac04p+0f, 34}, {0x1.9efadcp+2f, 0x1.e054cp+1f, 74},
+                      {0x1.e49b62p+1f, 0x1.e86c3cp-7f, 0},  {0x1.07263ap-1f, 0x1.c1a214p-2f, 108}};
+  for (const Tie& t : ties) {
+    const std::vector<float> row = {t.absmax, t.x, -t.x, 0.0f};
+    rotary::detail::store_row(out.data(), row.data(), 4, &scale, 1.0f, kScalarRow);
+    volatile float inv = 127.0f / t.absmax;  // volatile: the reference keeps its roundings under any flags
+    volatile float product = t.x * inv;
+    EXPECT_EQ(out[1], t.code) << t.x;
+    EXPECT_EQ(out[2], -t.code) << t.x;
+    EXPECT_EQ(out[1], static_cast<std::int8_t>(std::nearbyint(static_cast<float>(product)))) << t.x;
+    EXPECT_NE(static_cast<double>(t.code), std::nearbyint(static_cast<double>(t.x) * (127.0 / t.absmax))) << t.x;
+  }
 }
 
 // ---- the cache row kernels ------------------------------------------------------------------------

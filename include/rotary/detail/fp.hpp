@@ -44,7 +44,8 @@ inline bool is_nan(float x) noexcept { return (bits_of(x) & 0x7fffffffu) > 0x7f8
 
 // x, unknown to the optimiser: an expression through opaque() is evaluated as written, so
 // reassociation cannot cancel a rounding error that an error-free transformation captures.
-inline double opaque(double x) noexcept {
+template <class F>
+inline F opaque_register(F x) noexcept {
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
   __asm__("" : "+x"(x));  // stays in its SSE register: free
 #elif defined(__GNUC__) && defined(__aarch64__)
@@ -52,11 +53,15 @@ inline double opaque(double x) noexcept {
 #elif defined(__GNUC__)
   __asm__("" : "+m"(x));
 #else
-  volatile double v = x;
+  volatile F v = x;
   x = v;
 #endif
   return x;
 }
+inline double opaque(double x) noexcept { return opaque_register(x); }
+// The same for a float (its own name: an opaque(float) overload would change which opaque() existing
+// calls with float arguments pick).
+inline float opaque_f32(float x) noexcept { return opaque_register(x); }
 
 inline long double opaque(long double x) noexcept {
 #if defined(__GNUC__)
@@ -157,6 +162,7 @@ inline long double libm_logl(long double x) noexcept {
 
 // Rounded arithmetic that value-unsafe flags cannot reorder, fuse or turn into a reciprocal
 // multiply: for the few formulas (scaling rules) whose double result must not depend on flags.
+inline float strict_mul_f32(float a, float b) noexcept { return opaque_f32(opaque_f32(a) * opaque_f32(b)); }
 inline double strict_mul(double a, double b) noexcept { return opaque(opaque(a) * opaque(b)); }
 inline double strict_div(double a, double b) noexcept { return opaque(opaque(a) / opaque(b)); }
 inline double strict_add(double a, double b) noexcept { return opaque(opaque(a) + opaque(b)); }

@@ -1,7 +1,11 @@
 // The KV-cache element conversions of kv_cache.hpp, one value at a time: the definition every ISA's
 // row kernel (CacheRowArgs, kernels/*) reproduces bit for bit.
-//   int8:  q = clamp(round_half_even(x * inv), -127, 127), x widened to double, inv = 127 / absmax
-//          in double (the row's scale and inv are computed once per row by the caller).
+//   int8:  q = round_half_even(x * inv) with x and inv in f32 and the product rounded to f32, where
+//          inv = 127 / absmax correctly rounded to f32: vLLM's dynamic per-token int8 quantization
+//          (dynamic_scaled_int8_quant: 127.0f / absmax, x * that, cvt.rni) bit for bit. Rows whose
+//          f32 multiplier would overflow (absmax < 127 / FLT_MAX, about 3.7e-37) are scaled in double
+//          instead, where 127 / absmax is finite for every absmax >= 2^-149. The row's scale and
+//          multiplier are computed once per row by the caller (int8_begin).
 //   fp8:   OCP FP8 E4M3 of an f32 value: round to nearest even, saturated to +-448 (infinities
 //          too), NaN -> 0x7f | sign.
 // Integer and explicit-rounding operations only: the bits do not depend on the rounding mode or on
@@ -15,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 #include "convert.hpp"
 #include "fp.hpp"
@@ -36,11 +41,12 @@ inline std::uint64_t round_half_even(double a) noexcept {
   return whole + (rest > 0.5 || (rest == 0.5 && (whole & 1u) != 0) ? 1u : 0u);
 }
 
-// One int8 code: v = x * inv (|v| <= 127 plus rounding) rounded to nearest even, at most 127 in
-// magnitude.
-inline std::int8_t int8_code(double v) noexcept {
-  const auto q = static_cast<std::int32_t>(std::min<std::uint64_t>(127u, round_half_even(v < 0.0 ? -v : v)));
-  return static_cast<std::int8_t>(v < 0.0 ? -q : q);
+// One int8 code: v = x * inv (|v| <= 127 plus rounding), float or double, rounded to nearest even,
+// at most 127 in magnitude.
+template <class F>
+inline std::int8_t int8_code(F v) noexcept {
+  const auto q = static_cast<std::int32_t>(std::min<std::uint64_t>(127u, round_half_even(v < F(0) ? -v : v)));
+  return static_cast<std::int8_t>(v < F(0) ? -q : q);
 }
 
 // The bits of x as OCP FP8 E4M3 (bias 7, no infinities, max 448).
@@ -70,18 +76,30 @@ inline float exact_quotient(float a, float b) noexcept {
 //   all zeros:                scale 0, codes 0
 //   a NaN or an infinity:     scale NaN (the row dequantizes to NaN, never to plausible numbers),
 //                             codes 0
-//   otherwise:                scale = absmax / 127 (in double, rounded to f32 once), inv = 127 / absmax
-//                             in double (finite: absmax >= 2^-149)
+//   otherwise:                scale = absmax / 127 and inv = 127 / absmax, each correctly rounded to
+//                             f32 (a quotient of floats computed in double and rounded once is the
+//                             correctly rounded f32 quotient: 53 >= 2 * 24 + 2 bits); where 127 / absmax
+//                             exceeds FLT_MAX, inv is 0 and wide = 127 / absmax in double
+struct Int8Inv {
+  float f = 0.0f;      // the f32 multiplier, or 0
+  double wide = 0.0;   // the double multiplier of a row whose f32 one would overflow, or 0
+};
 struct Int8Row {
   float scale = 0.0f;
-  double inv = 0.0;
+  Int8Inv inv;
   bool zeros = true;
 };
 inline Int8Row int8_row(std::uint32_t absmax_bits) noexcept {
-  if (absmax_bits >= 0x7f800000u) return {bits_float(0x7fc00000u), 0.0, true};
-  if (absmax_bits == 0) return {0.0f, 0.0, true};
+  if (absmax_bits >= 0x7f800000u) return {bits_float(0x7fc00000u), {}, true};
+  if (absmax_bits == 0) return {0.0f, {}, true};
   const float absmax = bits_float(absmax_bits);
-  return {exact_quotient(absmax, 127.0f), strict_div(127.0, static_cast<double>(absmax)), false};
+  const double inv = strict_div(127.0, static_cast<double>(absmax));
+  Int8Row r{exact_quotient(absmax, 127.0f), {}, false};
+  if (inv < static_cast<double>(std::numeric_limits<float>::max()))
+    r.inv.f = static_cast<float>(inv);
+  else
+    r.inv.wide = inv;
+  return r;
 }
 
 template <class T>
@@ -92,12 +110,13 @@ inline std::uint32_t abs_bits(T x) noexcept {
 // Elements [j, a.n) of a cache row by the definitions above (inv: the row's int8 multiplier); the
 // SIMD kernels' tails and the scalar kernel.
 template <class T>
-inline void cache_codes(const CacheRowArgs<T>& a, double inv, std::int64_t j) noexcept {
+inline void cache_codes(const CacheRowArgs<T>& a, Int8Inv inv, std::int64_t j) noexcept {
   for (; j < a.n; ++j) {
     const auto x = static_cast<float>(to_compute(a.in[j]));
     switch (a.code) {
       case CacheCode::int8:
-        static_cast<std::int8_t*>(a.out)[j] = int8_code(static_cast<double>(x) * inv);
+        static_cast<std::int8_t*>(a.out)[j] = inv.wide != 0.0 ? int8_code(strict_mul(static_cast<double>(x), inv.wide))
+                                                              : int8_code(strict_mul_f32(x, inv.f));
         break;
       case CacheCode::fp8_e4m3:
         static_cast<std::uint8_t*>(a.out)[j] = fp8_e4m3_code(x * a.inv_scale);
@@ -113,9 +132,10 @@ inline void cache_codes(const CacheRowArgs<T>& a, double inv, std::int64_t j) no
 }
 
 // An int8 row's first step, once its largest |x| bits are known: writes the scale, and the zeros of
-// a row without codes (false: the row is done). inv: the multiplier for cache_codes.
+// a row without codes (false: the row is done). inv: the multiplier for cache_codes (the SIMD kernels
+// take rows with inv.wide != 0, all below 3.7e-37, to cache_codes whole).
 template <class T>
-inline bool int8_begin(const CacheRowArgs<T>& a, std::uint32_t absmax_bits, double& inv) noexcept {
+inline bool int8_begin(const CacheRowArgs<T>& a, std::uint32_t absmax_bits, Int8Inv& inv) noexcept {
   const Int8Row r = int8_row(absmax_bits);
   *a.scale = r.scale;
   inv = r.inv;

@@ -259,16 +259,11 @@ struct CacheOps {
     h4 = _mm_max_epu32(h4, _mm_shuffle_epi32(h4, 0xB1));
     return static_cast<std::uint32_t>(_mm_cvtsi128_si32(h4));
   }
-  // 4 codes of int8_code(x * inv) as int32: exact products in double, rounded to nearest even, clamped.
-  static ROTARY_AVX2_INLINE __m128i int8_quarter(__m128 x, __m256d inv) noexcept {
-    const __m256d r = _mm256_round_pd(_mm256_mul_pd(_mm256_cvtps_pd(x), inv),
-                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    return _mm256_cvttpd_epi32(_mm256_min_pd(_mm256_max_pd(r, _mm256_set1_pd(-127.0)), _mm256_set1_pd(127.0)));
-  }
-  static ROTARY_AVX2_INLINE void int8(__m256 x, double inv, std::int8_t* out) noexcept {
-    const __m256d d = _mm256_set1_pd(inv);
-    const __m128i w = _mm_packs_epi32(int8_quarter(_mm256_castps256_ps128(x), d),
-                                      int8_quarter(_mm256_extractf128_ps(x, 1), d));
+  // 8 codes of int8_code(y), y = x * inv rounded to f32: rounded to nearest even by vroundps's
+  // immediate, then converted exactly; |y| rounds to at most 127, so the saturating packs keep it.
+  static ROTARY_AVX2_INLINE void int8(__m256 y, std::int8_t* out) noexcept {
+    const __m256i q = _mm256_cvttps_epi32(_mm256_round_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
     _mm_storel_epi64(reinterpret_cast<__m128i*>(out), _mm_packs_epi16(w, w));
   }
   // 8 codes of fp8_e4m3_code(y).

@@ -323,21 +323,14 @@ struct CacheOps {
     h4 = _mm_max_epu32(h4, _mm_shuffle_epi32(h4, 0xB1));
     return static_cast<std::uint32_t>(_mm_cvtsi128_si32(h4));
   }
-  // 8 codes of int8_code(x * inv): exact products in double, converted with the instruction's own
-  // rounding (nearest even, not MXCSR). No clamp: |x| <= absmax, so |x * inv| <= 127 (1 + 2^-53)^2
-  // rounds to at most 127.
-  static ROTARY_AVX512_INLINE __m256i int8_half(__m256 x, __m512d inv) noexcept {
-    const __m512d p = _mm512_mul_pd(_mm512_maskz_cvtps_pd(all8, x), inv);
+  // 16 codes of int8_code(y), y = x * inv rounded to f32: the conversion's own rounding (nearest
+  // even, not MXCSR). No clamp: |x| <= absmax, so |y| <= 127 (1 + 2^-24) rounds to at most 127.
+  static ROTARY_AVX512_INLINE void int8(__m512 y, std::int8_t* out) noexcept {
 #ifdef __OPTIMIZE__
-    return _mm512_maskz_cvt_roundpd_epi32(all8, p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512i q = _mm512_maskz_cvt_roundps_epi32(all, y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 #else  // see above
-    return _mm512_cvt_roundpd_epi32(p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512i q = _mm512_cvt_roundps_epi32(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 #endif
-  }
-  static ROTARY_AVX512_INLINE void int8(__m512 x, double inv, std::int8_t* out) noexcept {
-    const __m512d d = _mm512_set1_pd(inv);
-    const __m512i q = _mm512_maskz_inserti64x4(all8, _mm512_castsi256_si512(int8_half(_mm512_maskz_extractf32x8_ps(0xff, x, 0), d)),
-                                               int8_half(_mm512_maskz_extractf32x8_ps(0xff, x, 1), d), 1);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm512_maskz_cvtepi32_epi8(all, q));
   }
   // 16 codes of fp8_e4m3_code(y).

@@ -218,15 +218,10 @@ struct CacheOps {
     return vmaxq_u32(acc, vandq_u32(vreinterpretq_u32_f32(v), vdupq_n_u32(0x7fffffffu)));
   }
   static ROTARY_ALWAYS_INLINE std::uint32_t reduce_max(Acc acc) noexcept { return vmaxvq_u32(acc); }
-  // 2 codes of int8_code(x * inv): exact products in double, rounded to nearest even, clamped.
-  static ROTARY_ALWAYS_INLINE int32x2_t int8_half(float64x2_t x, float64x2_t inv) noexcept {
-    const float64x2_t r = vrndnq_f64(vmulq_f64(x, inv));
-    return vmovn_s64(vcvtq_s64_f64(vminq_f64(vmaxq_f64(r, vdupq_n_f64(-127.0)), vdupq_n_f64(127.0))));
-  }
-  static ROTARY_ALWAYS_INLINE void int8(float32x4_t x, double inv, std::int8_t* out) noexcept {
-    const float64x2_t d = vdupq_n_f64(inv);
-    const int16x4_t w = vmovn_s32(vcombine_s32(int8_half(vcvt_f64_f32(vget_low_f32(x)), d),
-                                               int8_half(vcvt_high_f64_f32(x), d)));
+  // 4 codes of int8_code(y), y = x * inv rounded to f32: FCVTNS (nearest even, whatever FPCR
+  // says); |y| rounds to at most 127, so the narrowing moves keep it.
+  static ROTARY_ALWAYS_INLINE void int8(float32x4_t y, std::int8_t* out) noexcept {
+    const int16x4_t w = vmovn_s32(vcvtnq_s32_f32(y));
     const int8x8_t b = vmovn_s16(vcombine_s16(w, w));
     const std::uint32_t w4 = vget_lane_u32(vreinterpret_u32_s8(b), 0);
     std::memcpy(out, &w4, sizeof w4);

@@ -101,7 +101,7 @@ void norm_rows(const NormArgs<T>& a) noexcept {
 // like rotate_tokens.
 template <class T>
 void cache_row(const CacheRowArgs<T>& a) noexcept {
-  double inv = 0.0;
+  Int8Inv inv;
   if (a.code == CacheCode::int8) {
     std::uint32_t m = 0;
     for (std::int64_t j = 0; j < a.n; ++j) m = std::max(m, abs_bits(a.in[j]));

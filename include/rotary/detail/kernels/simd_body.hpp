@@ -642,7 +642,8 @@ void norm_rows(const NormArgs<T>& a) noexcept {
 // One cache row (CacheRowArgs) with lane ops S for the input and the ISA's CacheOps for the codes,
 // scalar::cache_row's bits: whole vectors of L values, the last n % L by quantize.hpp's cache_codes.
 // int8 takes two passes: the largest |x| bits by unsigned integer maxima (their order cannot change
-// the result), then per value the double multiply and explicitly rounded conversion of int8_code.
+// the result), then per value the f32 multiply and explicitly rounded conversion of int8_code (rows
+// below absmax 3.7e-37, whose multiplier is kept in double, go to cache_codes whole).
 // f16 and bf16 codes use the ISA's own storage lanes (the rotate kernels' rounding).
 template <class S>
 ROTARY_KERNEL_TARGET void cache_row_impl(const CacheRowArgs<typename S::T>& a) noexcept {
@@ -650,15 +651,20 @@ ROTARY_KERNEL_TARGET void cache_row_impl(const CacheRowArgs<typename S::T>& a) n
   constexpr int L = S::L;
   const typename S::T* in = a.in;
   const std::int64_t full = a.n - a.n % L;
-  double inv = 0.0;
+  Int8Inv inv;
   if (a.code == CacheCode::int8) {
     typename CacheOps::Acc acc = CacheOps::zero();
     for (std::int64_t j = 0; j < full; j += L) acc = CacheOps::max_abs(acc, S::load(in + j));
     std::uint32_t m = CacheOps::reduce_max(acc);
     for (std::int64_t j = full; j < a.n; ++j) m = std::max(m, abs_bits(in[j]));
     if (!int8_begin(a, m, inv)) return;
+    if (inv.wide != 0.0) {
+      cache_codes(a, inv, 0);
+      return;
+    }
     auto* out = static_cast<std::int8_t*>(a.out);
-    for (std::int64_t j = 0; j < full; j += L) CacheOps::int8(S::load(in + j), inv, out + j);
+    const typename S::V f = F32::set1(inv.f);
+    for (std::int64_t j = 0; j < full; j += L) CacheOps::int8(F32::mul(S::load(in + j), f), out + j);
   } else if (a.code == CacheCode::fp8_e4m3) {
     const typename S::V f = F32::set1(a.inv_scale);
     auto* out = static_cast<std::uint8_t*>(a.out);
