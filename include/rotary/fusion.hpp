@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "apply.hpp"
+#include "detail/aligned_buffer.hpp"
 #include "kv_cache.hpp"
 
 namespace rotary {
@@ -210,41 +211,55 @@ std::string check_prologue(const Prologue<T, E, W>& c, std::int64_t head_dim, st
                                    c.v_layout.head_stride, c.v_cache.head_dim);
         !m.empty())
       return m;
-    if (q && overlap(extent_of(c.q_out, tokens, c.q_layout.heads, c.q_out_layout.token_stride,
-                                            c.q_out_layout.head_stride, head_dim),
-                                  extent_of(c.v, tokens, c.v_layout.heads, c.v_layout.token_stride,
-                                            c.v_layout.head_stride, c.v_cache.head_dim)) &&
-        !(head_dim == c.v_cache.head_dim &&
-          heads_apart(static_cast<const T*>(c.q_out), c.q_layout.heads, c.q_out_layout.token_stride,
-                      c.q_out_layout.head_stride, c.v, c.v_layout.heads, c.v_layout.token_stride,
-                      c.v_layout.head_stride, tokens, head_dim)))
-      return "q output and v share memory";
+    // an output written while v is read: apart, or other heads of the same token rows (packed qkv)
+    const auto clashes = [&](const T* out, std::int64_t heads, const StridedLayout& ol) {
+      return overlap(extent_of(out, tokens, heads, ol.token_stride, ol.head_stride, head_dim),
+                     extent_of(c.v, tokens, c.v_layout.heads, c.v_layout.token_stride, c.v_layout.head_stride,
+                               c.v_cache.head_dim)) &&
+             !(head_dim == c.v_cache.head_dim &&
+               heads_apart(out, heads, ol.token_stride, ol.head_stride, c.v, c.v_layout.heads,
+                           c.v_layout.token_stride, c.v_layout.head_stride, tokens, head_dim));
+    };
+    if (q && clashes(c.q_out, c.q_layout.heads, c.q_out_layout)) return "q output and v share memory";
+    if (k_out && clashes(c.k_out, c.k_layout.heads, c.k_out_layout)) return "k output and v share memory";
   }
   if (c.has_k_cache()) {
     if (c.k_cache.head_dim != head_dim)
       return concat("k_cache head_dim (", c.k_cache.head_dim, ") is not the rotator's (", head_dim, ")");
     if (std::string m = check_cache_write("k", c.k, c.k_layout, c.slots, "k_cache", c.k_cache); !m.empty()) return m;
   }
-  if (c.has_v_cache()) {
-    if (std::string m = check_cache_write("v", c.v, c.v_layout, c.slots, "v_cache", c.v_cache); !m.empty()) return m;
+  if (c.has_v_cache()) {  // the slots once where both caches have the same slots and blocks
+    const bool same_slots = c.has_k_cache() && c.k_cache.slots() == c.v_cache.slots() &&
+                            c.k_cache.block_size == c.v_cache.block_size;
+    if (std::string m = check_cache_write("v", c.v, c.v_layout, c.slots, "v_cache", c.v_cache, !same_slots);
+        !m.empty())
+      return m;
   }
-  // Outputs apart from the caches; the two caches apart, or side by side in the same rows (MLA).
+  // Every input and output apart from every cache (k from k_cache and v from v_cache were checked
+  // above; q in place once); the two caches apart, or side by side in the same rows (MLA).
+  const bool q_in_place = q && c.q == c.q_out && c.q_layout.token_stride == c.q_out_layout.token_stride &&
+                          c.q_layout.head_stride == c.q_out_layout.head_stride;
   for (const auto* cache : {&c.k_cache, &c.v_cache}) {
     if (cache->data == nullptr) continue;
-    const char* cname = cache == &c.k_cache ? "k_cache" : "v_cache";
+    const bool k_own = cache == &c.k_cache;
+    const char* cname = k_own ? "k_cache" : "v_cache";
+    const auto apart = [&](const char* name, const T* p, const StridedLayout& l, std::int64_t n) {
+      return check_cache_apart(name, p, l, n, cname, *cache);
+    };
     if (q) {
-      if (std::string m = check_cache_apart("q output", c.q_out, c.q_out_layout, head_dim, cname, *cache); !m.empty())
-        return m;
+      if (std::string m = apart("q output", c.q_out, c.q_out_layout, head_dim); !m.empty()) return m;
     }
     if (k_out) {
-      if (std::string m = check_cache_apart("k output", c.k_out, c.k_out_layout, head_dim, cname, *cache); !m.empty())
-        return m;
+      if (std::string m = apart("k output", c.k_out, c.k_out_layout, head_dim); !m.empty()) return m;
     }
-    if (q || k) {
-      if (std::string m = check_cache_apart(q ? "q" : "k", q ? c.q : c.k, q ? c.q_layout : c.k_layout, head_dim, cname,
-                                            *cache);
-          !m.empty())
-        return m;
+    if (q && !q_in_place) {
+      if (std::string m = apart("q", c.q, c.q_layout, head_dim); !m.empty()) return m;
+    }
+    if (k && !k_own) {
+      if (std::string m = apart("k", c.k, c.k_layout, head_dim); !m.empty()) return m;
+    }
+    if (v && k_own) {
+      if (std::string m = apart("v", c.v, c.v_layout, c.v_cache.head_dim); !m.empty()) return m;
     }
   }
   if (c.has_k_cache() && c.has_v_cache() && overlap(c.k_cache.extent(), c.v_cache.extent()) &&
@@ -262,7 +277,7 @@ void for_row_blocks(const Src& src, std::int64_t rotary_dim, std::int64_t begin,
   } else {
     constexpr std::int64_t kBlock = Src::kBlock;
     const std::int64_t first = begin / kBlock * kBlock;
-    std::vector<C> rows(static_cast<std::size_t>(std::min(kBlock, end - first) * rotary_dim));
+    ScratchBuffer<C> rows(static_cast<std::size_t>(std::min(kBlock, end - first) * rotary_dim));
     auto scratch = src.scratch();
     for (std::int64_t t = first; t < end; t += kBlock) {
       const std::int64_t from = std::max(t, begin);
@@ -370,9 +385,10 @@ class PrologueRunner {
     }
     if (chunk_ > 0) chunk_ = std::clamp<std::int64_t>(tokens, 1, chunk_);
     // scratch rows for chunk_ tokens (a norm before RoPE and deinterleaving are never combined)
-    if (pre_q_) q_in_.resize(static_cast<std::size_t>(chunk_ * c.q_layout.heads * d_));
-    if (pre_k_) k_in_.resize(static_cast<std::size_t>(chunk_ * c.k_layout.heads * d_));
-    if (k_scratch_out_) k_out_.resize(static_cast<std::size_t>(chunk_ * c.k_layout.heads * d_));
+    // (uninitialized, on the stack at decode sizes: a decode step allocates nothing)
+    if (pre_q_) q_in_.reset(static_cast<std::size_t>(chunk_ * c.q_layout.heads * d_));
+    if (pre_k_) k_in_.reset(static_cast<std::size_t>(chunk_ * c.k_layout.heads * d_));
+    if (k_scratch_out_) k_out_.reset(static_cast<std::size_t>(chunk_ * c.k_layout.heads * d_));
   }
 
   void run(const RowSource<compute_t<T>>& rows, std::int64_t t0, std::int64_t t1) {
@@ -403,8 +419,8 @@ class PrologueRunner {
   }
 
   // Input rows of tokens [t, t + n): the caller's, or scratch rows deinterleaved first.
-  StreamArgs<T> input(const T* x, const StridedLayout& l, bool pre, std::vector<T>& scratch, std::int64_t t,
-                      std::int64_t n) const {
+  StreamArgs<T> input(const T* x, const StridedLayout& l, bool pre, ScratchBuffer<T>& scratch, std::int64_t t,
+                      std::int64_t n) const noexcept {
     StreamArgs<T> s;
     s.heads = l.heads;
     const T* first = x + t * l.token_stride;
@@ -517,9 +533,9 @@ class PrologueRunner {
   bool k_direct_ = false;
   bool k_scratch_out_ = false;
   std::int64_t chunk_ = 0;  // tokens per chunk at most (0: no limit)
-  std::vector<T> q_in_;
-  std::vector<T> k_in_;
-  std::vector<T> k_out_;
+  ScratchBuffer<T> q_in_;  // deinterleaved q rows
+  ScratchBuffer<T> k_in_;  // deinterleaved k rows
+  ScratchBuffer<T> k_out_;  // rotated k rows on their way into a cache of another type (or the L2 norm)
 };
 
 template <class R, class T, class E, class W>

@@ -835,6 +835,20 @@ TEST(FusedErrors, RefusesBadCallsWithClearMessages) {
   expect_error([&] { call({0, 1}, kv, vv); }, {"slot_mapping has 2 values for 3 tokens"});
   expect_error([&] { call({0, 1, 2}, kv, kv); }, {"k_cache and v_cache share memory"});
   expect_error([&] { call({0, 1, 2}, KvCacheView<float>::paged(q.data(), 1, 3, H, D), vv); }, {"share memory"});
+  // inputs apart from the other tensor's cache too: k read while v_cache is written, v while k_cache is
+  expect_error([&] { call({0, 1, 2}, kv, KvCacheView<float>::paged(k.data(), 1, 3, H, D)); },
+               {"k and v_cache share memory"});
+  expect_error([&] { call({0, 1, 2}, KvCacheView<float>::paged(v.data(), 1, 3, H, D), vv); },
+               {"v and k_cache share memory"});
+  {  // k rotated to its own output over v, which is still to be read into v_cache
+    const std::vector<std::int64_t> slots = {0, 1, 2};
+    rotary::Prologue<float, float, float> c;
+    c.rotate_q_in_place(q.data(), l);
+    c.write_kv(k.data(), l, v.data(), l, kv, vv, Slots(slots));
+    c.k_out = v.data();
+    c.k_out_layout = l;
+    expect_error([&] { rotary::rope_prologue(rope, c, Positions::contiguous(0)); }, {"k output and v share memory"});
+  }
   expect_error([&] { KvCacheView<float>::paged(kc.data(), 2, 4, H, D, kc.data()); }, {"scales given"});
   expect_error([&] { KvCacheView<std::int8_t>::paged(nullptr, 2, 4, H, D); }, {"data is null"});
   std::vector<std::int8_t> k8(kc.size());

@@ -1,11 +1,14 @@
-// A minimal 64-byte aligned, value-semantic buffer for cos/sin tables (cache-line and zmm aligned).
+// 64-byte aligned storage (cache-line and zmm aligned): a value-semantic vector for cos/sin tables,
+// and uninitialized per-call scratch that needs no heap at decode sizes.
 #ifndef ROTARY_DETAIL_ALIGNED_BUFFER_HPP
 #define ROTARY_DETAIL_ALIGNED_BUFFER_HPP
 
 #include "guard.hpp"
 
 #include <cstddef>
+#include <memory>
 #include <new>
+#include <type_traits>
 #include <vector>
 
 namespace rotary::detail {
@@ -36,6 +39,62 @@ struct AlignedAllocator {
 
 template <class T>
 using AlignedVector = std::vector<T, AlignedAllocator<T>>;
+
+#if defined(__SANITIZE_ADDRESS__)
+#define ROTARY_DETAIL_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ROTARY_DETAIL_ASAN 1
+#endif
+#endif
+
+// Scratch values of one call, left uninitialized (every value is written before it is read):
+// InlineBytes on the stack, so a decode step neither allocates nor zero-fills, else an aligned heap
+// block of exactly n values (always the heap under AddressSanitizer, which then sees any overrun).
+// T is an arithmetic type or Eigen's half / bfloat16 (trivially copyable; their constructors would
+// only zero the bits the kernels overwrite).
+template <class T, std::size_t InlineBytes = 8192>
+class ScratchBuffer {
+  static_assert(std::is_trivially_copyable_v<T> && std::is_trivially_destructible_v<T>, "scratch holds plain values");
+
+ public:
+  // inline_ is left uninitialized on purpose (zero-filling it is the cost this class removes)
+  // cppcheck-suppress uninitMemberVar
+  ScratchBuffer() noexcept = default;
+  // cppcheck-suppress uninitMemberVar
+  explicit ScratchBuffer(std::size_t n) { reset(n); }
+  ScratchBuffer(const ScratchBuffer&) = delete;
+  ScratchBuffer& operator=(const ScratchBuffer&) = delete;
+
+  // Room for n values; earlier contents are not kept.
+  void reset(std::size_t n) {
+    size_ = n;
+#ifdef ROTARY_DETAIL_ASAN
+    constexpr std::size_t kInline = 0;
+#else
+    constexpr std::size_t kInline = InlineBytes;
+#endif
+    if (n * sizeof(T) <= kInline) {
+      heap_.reset();
+      data_ = reinterpret_cast<T*>(inline_);  // NOLINT(cppcoreguidelines-pro-type-reinterpret-cast)
+      return;
+    }
+    heap_.reset(static_cast<unsigned char*>(::operator new(n * sizeof(T), std::align_val_t{kTableAlignment})));
+    data_ = reinterpret_cast<T*>(heap_.get());  // NOLINT(cppcoreguidelines-pro-type-reinterpret-cast)
+  }
+  T* data() noexcept { return data_; }
+  const T* data() const noexcept { return data_; }
+  std::size_t size() const noexcept { return size_; }
+
+ private:
+  struct Free {
+    void operator()(unsigned char* p) const noexcept { ::operator delete(p, std::align_val_t{kTableAlignment}); }
+  };
+  alignas(kTableAlignment) unsigned char inline_[InlineBytes];
+  std::unique_ptr<unsigned char, Free> heap_;
+  T* data_ = nullptr;
+  std::size_t size_ = 0;
+};
 
 }  // namespace rotary::detail
 

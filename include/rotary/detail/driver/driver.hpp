@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "../../cache.hpp"
+#include "../aligned_buffer.hpp"
 #include "../../dispatch.hpp"
 #include "../../dtype.hpp"
 #include "../../parallel.hpp"
@@ -256,7 +257,7 @@ void run(const Source& src, KernelArgs<T> a, const ParallelFor& parallel) {
       // Scratch for one block, no larger than the range needs (a decode step fills one row).
       const std::int64_t rows_needed = std::min(kBlock, end - first);
       const auto per_stream = static_cast<std::size_t>(rows_needed * a.rotary_dim);
-      std::vector<C> rows(split ? 2 * per_stream : per_stream);
+      ScratchBuffer<C> rows(split ? 2 * per_stream : per_stream);
       C* key_rows = split ? rows.data() + per_stream : nullptr;
       auto scratch = src.scratch();
       KernelArgs<T> qa = a;  // with split rows: q's heads here, k's in ka
