@@ -68,7 +68,6 @@ class ScratchBuffer {
 
   // Room for n values; earlier contents are not kept.
   void reset(std::size_t n) {
-    size_ = n;
 #ifdef ROTARY_DETAIL_ASAN
     constexpr std::size_t kInline = 0;
 #else
@@ -83,8 +82,6 @@ class ScratchBuffer {
     data_ = reinterpret_cast<T*>(heap_.get());  // NOLINT(cppcoreguidelines-pro-type-reinterpret-cast)
   }
   T* data() noexcept { return data_; }
-  const T* data() const noexcept { return data_; }
-  std::size_t size() const noexcept { return size_; }
 
  private:
   struct Free {
@@ -93,7 +90,6 @@ class ScratchBuffer {
   alignas(kTableAlignment) unsigned char inline_[InlineBytes];
   std::unique_ptr<unsigned char, Free> heap_;
   T* data_ = nullptr;
-  std::size_t size_ = 0;
 };
 
 }  // namespace rotary::detail

@@ -28,13 +28,13 @@
 #include <vector>
 
 #include "../../cache.hpp"
-#include "../aligned_buffer.hpp"
 #include "../../dispatch.hpp"
 #include "../../dtype.hpp"
 #include "../../parallel.hpp"
 #include "../../positions.hpp"
 #include "../../types.hpp"
 #include "checks.hpp"
+#include "../aligned_buffer.hpp"
 #include "../kernels/kernel_args.hpp"
 #include "../kernels/registry.hpp"
 #include "../rows_on_the_fly.hpp"
