@@ -150,7 +150,10 @@ bool caches_side_by_side(const KvCacheView<E>& a, const KvCacheView<E>& b) noexc
   const std::ptrdiff_t delta = b.data - a.data;  // b's columns start this far after a's
   const std::int64_t lo = delta >= 0 ? span(a) : span(b);
   const std::ptrdiff_t gap = delta >= 0 ? delta : -delta;
-  return gap >= lo && gap + (delta >= 0 ? span(b) : span(a)) <= a.slot_stride;
+  const std::int64_t width = gap + (delta >= 0 ? span(b) : span(a));  // both caches' columns of a slot
+  // apart within a slot, the pair inside its slot row, and a block of pairs before the next block
+  return gap >= lo && (a.block_size == 1 || width <= a.slot_stride) &&
+         (a.blocks == 1 || (a.block_size - 1) * a.slot_stride + width <= a.block_stride);
 }
 
 template <class T, class E, class W>
@@ -204,7 +207,7 @@ std::string check_prologue(const Prologue<T, E, W>& c, std::int64_t head_dim, st
                      : stream(c.k, c.k_layout, const_cast<T*>(c.k), c.k_layout);  // read only
   if (!q) std::swap(a.q, a.k);
   if (q || k) {
-    if (std::string m = check_call(a, "q"); !m.empty()) return m;
+    if (std::string m = check_call(a, q ? "q" : "k"); !m.empty()) return m;
   }
   if (v) {
     if (std::string m = check_view("v", c.v, tokens, c.v_layout.heads, c.v_layout.token_stride,
@@ -262,9 +265,44 @@ std::string check_prologue(const Prologue<T, E, W>& c, std::int64_t head_dim, st
       if (std::string m = apart("v", c.v, c.v_layout, c.v_cache.head_dim); !m.empty()) return m;
     }
   }
-  if (c.has_k_cache() && c.has_v_cache() && overlap(c.k_cache.extent(), c.v_cache.extent()) &&
-      !caches_side_by_side(c.k_cache, c.v_cache))
-    return "k_cache and v_cache share memory (they may only be disjoint columns of the same slot rows)";
+  // norm weights are read for every row: apart from everything the call writes
+  for (const auto& named : {std::pair<const char*, const HeadNorm<W>&>{"q_norm weight", c.q_norm},
+                            {"k_norm weight", c.k_norm}}) {
+    const char* wname = named.first;  // (not a structured binding: C++17 lambdas cannot capture those)
+    const HeadNorm<W>& norm = named.second;
+    if (!norm.enabled || norm.weight == nullptr) continue;
+    const Extent w = extent_of(norm.weight, 1, 1, 0, 0, head_dim);
+    const auto hits = [&](const char* other, const char* part, const Extent& x) {
+      return overlap(w, x) ? concat(wname, " and ", other, part, " share memory (the call writes them)")
+                           : std::string();
+    };
+    if (std::string m = q ? hits("q output", "", extent_of(c.q_out, tokens, c.q_layout.heads,
+                                                           c.q_out_layout.token_stride, c.q_out_layout.head_stride,
+                                                           head_dim))
+                          : std::string();
+        !m.empty())
+      return m;
+    if (std::string m = k_out ? hits("k output", "", extent_of(c.k_out, tokens, c.k_layout.heads,
+                                                               c.k_out_layout.token_stride,
+                                                               c.k_out_layout.head_stride, head_dim))
+                              : std::string();
+        !m.empty())
+      return m;
+    for (const auto& [cname, cache] : {std::pair<const char*, const KvCacheView<E>&>{"k_cache", c.k_cache},
+                                       {"v_cache", c.v_cache}}) {
+      if (std::string m = hits(cname, "", cache.extent()); !m.empty()) return m;
+      if (std::string m = hits(cname, "'s scales", cache.scales_extent()); !m.empty()) return m;
+    }
+  }
+  if (c.has_k_cache() && c.has_v_cache()) {
+    if (overlap(c.k_cache.extent(), c.v_cache.extent()) && !caches_side_by_side(c.k_cache, c.v_cache))
+      return "k_cache and v_cache share memory (they may only be disjoint columns of the same slot rows)";
+    if (overlap(c.k_cache.scales_extent(), c.v_cache.extent())) return "k_cache's scales and v_cache share memory";
+    if (overlap(c.v_cache.scales_extent(), c.k_cache.extent())) return "v_cache's scales and k_cache share memory";
+    // int8 scales are written: one array each (fp8's per-head scales are only read and may be shared)
+    if (cache_scales_of<E>() == CacheScales::per_row && overlap(c.k_cache.scales_extent(), c.v_cache.scales_extent()))
+      return "k_cache and v_cache share scales (an int8 cache writes a scale per row: give each its own)";
+  }
   return {};
 }
 
@@ -670,6 +708,7 @@ void mla_rope(const R& rope, detail::identity_t<T>* q, const MlaQuery& shape, co
               const ParallelFor& parallel = {}) {
   static_assert(cache_scales_of<E>() != CacheScales::per_row,
                 "an int8 MLA cache would need one scale for the latent and one for k_pe per slot; use fp8 or 16-bit");
+  if (std::string m = cache.check(); !m.empty()) throw error(detail::concat("MLA cache: ", m));
   const std::int64_t rope_dim = rope.head_dim();
   const std::int64_t latent_dim = cache.head_dim - rope_dim;
   if (cache.heads != 1 || latent_dim < 1)
@@ -705,6 +744,11 @@ void rms_norm(const T* x, const StridedLayout& x_layout, T* out, const StridedLa
   if (m.empty()) m = detail::check_stream("", s, x_layout.tokens, n, "x");
   if (m.empty()) m = detail::check_norm("norm", norm);
   if (m.empty() && !norm.enabled) m = "norm is not enabled (HeadNorm::rms or HeadNorm::weightless)";
+  if (m.empty() && norm.weight != nullptr &&
+      detail::overlap(detail::extent_of(norm.weight, 1, 1, 0, 0, n),
+                      detail::extent_of(out, out_layout.tokens, out_layout.heads, out_layout.token_stride,
+                                        out_layout.head_stride, n)))
+    m = "norm weight and out share memory (the weight is read for every row)";
   if (!m.empty()) throw error(m);
   const detail::PreparedNorm<T> prepared(norm, n);
   const detail::NormKernel<T> kernel = detail::select_norm_kernel<T>();

@@ -153,6 +153,14 @@ struct KvCacheView {
     else if constexpr (cache_scales_of<E>() == CacheScales::per_head) return scales + head;
     else return nullptr;
   }
+  // The scales' floats (int8: one per (slot, head), written; fp8: one per head, read); none: empty.
+  detail::Extent scales_extent() const noexcept {
+    constexpr CacheScales kind = cache_scales_of<E>();
+    if (kind == CacheScales::none || scales == nullptr) return {};
+    const std::int64_t n = kind == CacheScales::per_row ? blocks * block_size * heads : heads;
+    const auto lo = reinterpret_cast<std::uintptr_t>(scales);
+    return {lo, lo + static_cast<std::uintptr_t>(n) * sizeof(float)};
+  }
   // First and one-past-last element the view spans.
   detail::Extent extent() const noexcept {
     if (data == nullptr) return {};
@@ -187,6 +195,10 @@ struct KvCacheView {
     if (kind != CacheScales::none && scales == nullptr)
       return kind == CacheScales::per_row ? "int8 KV cache needs scales: one float per (slot, head)"
                                           : "fp8 KV cache needs scales: one float per head";
+    if (kind == CacheScales::per_row && blocks * block_size * heads > std::numeric_limits<std::ptrdiff_t>::max() / 4)
+      return "int8 KV cache has more rows than a scales array can hold";
+    if (kind != CacheScales::none && detail::overlap(scales_extent(), extent()))
+      return "KV cache scales share memory with its data";
     if (kind == CacheScales::per_head)
       for (std::int64_t h = 0; h < heads; ++h)
         if (!(detail::finite(scales[h]) && scales[h] >= std::numeric_limits<float>::min()))
@@ -196,7 +208,8 @@ struct KvCacheView {
   }
 };
 
-// Token t's slot in a cache.
+// Token t's slot in a cache. Holds a pointer, not a copy: the array (or vector) must outlive every
+// call it is passed to, and a Prologue filled with it.
 class Slots {
  public:
   // vLLM's slot_mapping: one int64 per token, negative = padding (that token is not written).
@@ -213,6 +226,7 @@ class Slots {
   static Slots sequences(const std::int32_t* cache_seqlens, std::int64_t batch,
                          std::int64_t tokens_per_sequence) noexcept {
     Slots s;
+    s.sequences_ = true;
     s.seqlens32_ = cache_seqlens;
     s.count_ = batch;
     s.per_seq_ = tokens_per_sequence;
@@ -221,13 +235,14 @@ class Slots {
   static Slots sequences(const std::int64_t* cache_seqlens, std::int64_t batch,
                          std::int64_t tokens_per_sequence) noexcept {
     Slots s;
+    s.sequences_ = true;
     s.seqlens64_ = cache_seqlens;
     s.count_ = batch;
     s.per_seq_ = tokens_per_sequence;
     return s;
   }
 
-  bool is_mapping() const noexcept { return per_seq_ == 0; }
+  bool is_mapping() const noexcept { return !sequences_; }
   // Unchecked: token t's slot in a cache of block_size slots per block; < 0: not written.
   std::int64_t slot(std::int64_t t, std::int64_t block_size) const noexcept {
     if (is_mapping()) return map_[t];
@@ -266,10 +281,10 @@ class Slots {
     }
     if (per_seq_ < 0 || count_ < 0)
       return concat("sequence slots: batch (", count_, ") and tokens per sequence (", per_seq_, ") must be >= 0");
-    if (count_ * per_seq_ != tokens)
+    if (per_seq_ == 0 ? tokens != 0 : tokens % per_seq_ != 0 || tokens / per_seq_ != count_)  // no overflow
       return concat("sequence slots: ", count_, " sequences x ", per_seq_, " tokens != ", tokens, " tokens");
     if (tokens > 0 && seqlens32_ == nullptr && seqlens64_ == nullptr) return "cache_seqlens is null";
-    if (count_ * block_size > cache_slots && tokens > 0)
+    if (count_ > cache_slots / block_size && tokens > 0)
       return concat("sequence slots: ", count_, " sequences but the cache holds ", cache_slots / block_size);
     for (std::int64_t b = 0; b < count_ && tokens > 0; ++b)
       if (seqlen(b) < 0 || seqlen(b) > block_size - per_seq_)
@@ -288,7 +303,8 @@ class Slots {
   const std::int32_t* seqlens32_ = nullptr;
   const std::int64_t* seqlens64_ = nullptr;
   std::int64_t count_ = 0;
-  std::int64_t per_seq_ = 0;  // 0: a mapping
+  std::int64_t per_seq_ = 0;
+  bool sequences_ = false;  // false: a mapping
 };
 
 namespace detail {
@@ -350,6 +366,8 @@ std::string check_cache_apart(const Name& name, const T* p, const StridedLayout&
   const Extent x = extent_of(p, l.tokens, l.heads, l.token_stride, l.head_stride, head_dim);
   if (overlap(x, c.extent()))
     return concat(name, " and ", cache_name, " share memory (the cache must be its own buffer)");
+  if (overlap(x, c.scales_extent()))
+    return concat(name, " and ", cache_name, "'s scales share memory (the scales must be their own buffer)");
   return {};
 }
 
@@ -406,8 +424,15 @@ void write_kv_cache_unchecked(const T* x, const StridedLayout& layout, const Slo
 }
 
 // Row (slot, head) of a cache back in f32 (int8 and fp8 times their scale): for tests and readers.
+// Checked: the view, slot and head inside it, out not null.
 template <class E>
-void read_cache_row(const KvCacheView<E>& c, std::int64_t slot, std::int64_t head, float* out) noexcept {
+void read_cache_row(const KvCacheView<E>& c, std::int64_t slot, std::int64_t head, float* out) {
+  using detail::concat;
+  if (std::string m = c.check(); !m.empty()) throw error(m);
+  if (slot < 0 || slot >= c.slots() || head < 0 || head >= c.heads)
+    throw error(concat("read_cache_row: slot ", slot, ", head ", head, " is outside the cache's ", c.slots(),
+                       " slots x ", c.heads, " heads"));
+  if (out == nullptr) throw error("read_cache_row: out is null");
   const E* row = c.row(slot, head);
   for (std::int64_t i = 0; i < c.head_dim; ++i) {
     if constexpr (std::is_same_v<E, std::int8_t>) out[i] = static_cast<float>(row[i]) * *c.row_scale(slot, head);

@@ -908,4 +908,123 @@ TEST(FusedErrors, RefusesBadCallsWithClearMessages) {
       {"deinterleave", "half_split rotator"});
 }
 
+// What a call reads while it writes other buffers: cache scales, norm weights, a second cache beside
+// the first, sequence counts. Each case below was accepted before (wrong values or UB, no error).
+TEST(FusedErrors, ScalesWeightsAndCachesSideBySide) {
+  using rotary_test::expect_error;
+  using I8 = KvCacheView<std::int8_t>;
+  const std::int64_t T_ = 3, H = 2, D = 8, B = 2, S = 4;
+  const rotary::Rope<float> rope(rotary::RotarySpec(D), 64);
+  std::vector<float> q(T_ * H * D, 1.0f), k(q.size(), 1.0f), v(q.size(), 1.0f);
+  const StridedLayout l{T_, H, H * D, D};
+  const std::vector<std::int64_t> slots = {0, 1, 2};
+  std::vector<std::int8_t> kc(B * S * H * D), vc(kc.size());
+  std::vector<float> ks(B * S * H), vs(ks.size());
+  const auto call = [&](const auto& kcache, const auto& vcache) {
+    rotary::rope_kv_write(rope, q.data(), l, k.data(), l, v.data(), l, Positions::contiguous(0), Slots(slots), kcache,
+                          vcache);
+  };
+  const auto kv = I8::paged(kc.data(), B, S, H, D, ks.data());
+  const auto vv = I8::paged(vc.data(), B, S, H, D, vs.data());
+  // int8 scales are written: one array per cache, apart from every tensor and from both caches' codes
+  expect_error([&] { call(kv, I8::paged(vc.data(), B, S, H, D, ks.data())); }, {"k_cache and v_cache share scales"});
+  expect_error([&] { call(I8::paged(kc.data(), B, S, H, D, q.data()), vv); },
+               {"q output and k_cache's scales share memory"});
+  expect_error([&] { call(I8::paged(kc.data(), B, S, H, D, reinterpret_cast<float*>(vc.data())), vv); },
+               {"k_cache's scales and v_cache share memory"});
+  expect_error([&] { call(kv, I8::paged(vc.data(), B, S, H, D, reinterpret_cast<float*>(kc.data()))); },
+               {"v_cache's scales and k_cache share memory"});
+  expect_error([&] { I8::paged(kc.data(), B, S, H, D, reinterpret_cast<float*>(kc.data() + 64)); },
+               {"KV cache scales share memory with its data"});
+  expect_error([&] { rotary::write_kv_cache(k.data(), l, Slots(slots), I8::paged(kc.data(), B, S, H, D, k.data())); },
+               {"x and cache's scales share memory"});
+  {  // fp8's per-head scales are only read: one array for both caches gives the bytes of two
+    std::vector<fp8_e4m3> k8(kc.size()), v8(kc.size()), k8b(kc.size()), v8b(kc.size());
+    std::vector<float> hs = {0.5f, 0.25f}, hs2 = hs;
+    using F8 = KvCacheView<fp8_e4m3>;
+    call(F8::paged(k8.data(), B, S, H, D, hs.data()), F8::paged(v8.data(), B, S, H, D, hs.data()));
+    call(F8::paged(k8b.data(), B, S, H, D, hs.data()), F8::paged(v8b.data(), B, S, H, D, hs2.data()));
+    EXPECT_EQ(std::memcmp(k8.data(), k8b.data(), k8.size()), 0);
+    EXPECT_EQ(std::memcmp(v8.data(), v8b.data(), v8.size()), 0);
+  }
+  // norm weights are read for every row: not inside anything the call writes
+  const std::vector<float> w(D, 1.0f);
+  expect_error(
+      [&] {
+        rotary::qk_norm_rope(rope, q.data(), l, k.data(), l, rotary::QkNorm<float>{q.data() + D, w.data(), 1e-6f},
+                             Positions::contiguous(0));
+      },
+      {"q_norm weight and q output share memory"});
+  expect_error(
+      [&] {
+        rotary::qk_norm_rope(rope, q.data(), l, k.data(), l, rotary::QkNorm<float>{w.data(), k.data() + 3, 1e-6f},
+                             Positions::contiguous(0));
+      },
+      {"k_norm weight and k output share memory"});
+  expect_error([&] { rotary::rms_norm(q.data(), l, q.data(), l, D, HeadNorm<float>::rms(q.data() + 5, 1e-6f)); },
+               {"norm weight and out share memory"});
+  {  // two caches in the same slot rows, but a block of the pair is longer than the block stride: k's
+     // slot 1 is v's slot 0 (each view alone is valid)
+    const StridedLayout one{T_, 1, D, D};
+    std::vector<float> buf(10 * D);
+    const auto kb = KvCacheView<float>::strided(buf.data(), 8, 1, 1, D, D, 4 * D, D);
+    const auto vb = KvCacheView<float>::strided(buf.data() + D, 8, 1, 1, D, D, 4 * D, D);
+    expect_error(
+        [&] {
+          rotary::rope_kv_write(rope, q.data(), one, k.data(), one, v.data(), one, Positions::contiguous(0),
+                                Slots(slots), kb, vb);
+        },
+        {"k_cache and v_cache share memory"});
+    // side by side within blocks long enough: accepted
+    const auto kw = KvCacheView<float>::strided(buf.data(), 4, 1, 1, D, 2 * D, 4 * D, D);
+    const auto vw = KvCacheView<float>::strided(buf.data() + D, 4, 1, 1, D, 2 * D, 4 * D, D);
+    rotary::rope_kv_write(rope, q.data(), one, k.data(), one, v.data(), one, Positions::contiguous(0), Slots(slots),
+                          kw, vw);
+  }
+  {  // mla_rope checks the whole cache it is given (a view filled field by field skips the factory)
+    std::vector<float> mla(2 * 2 * (8 + D));
+    KvCacheView<float> cv;
+    cv.data = mla.data();
+    cv.blocks = 2;
+    cv.block_size = 2;
+    cv.heads = 1;
+    cv.head_dim = 8 + D;
+    cv.slot_stride = 8 + D;
+    cv.head_stride = 8 + D;
+    cv.block_stride = 28;  // < the 32 values a block spans (the latent's and k_pe's parts, 24 each, fit)
+    expect_error(
+        [&] {
+          rotary::mla_rope(rope, q.data(), rotary::MlaQuery{T_, 1, 8}, k.data(), 0, v.data(), 0,
+                           Positions::contiguous(0), Slots(slots), cv, false);
+        },
+        {"MLA cache: KV cache blocks overlap"});
+  }
+  // sequence slots: counts whose product overflows int64 are refused, not wrapped; 0 tokens per
+  // sequence is a sequence count, not a mapping
+  const std::vector<std::int32_t> seqlens = {0, 0};
+  EXPECT_NE(Slots::sequences(seqlens.data(), std::int64_t{1} << 32, std::int64_t{1} << 32).check(0, 16, 4), "");
+  EXPECT_NE(Slots::sequences(seqlens.data(), (std::int64_t{1} << 62) + 1, 4).check(4, 64, 16).find("sequences x 4"),
+            std::string::npos);
+  EXPECT_EQ(Slots::sequences(seqlens.data(), 2, 0).check(0, 16, 4), "");
+  EXPECT_EQ(Slots::sequences(seqlens.data(), 2, 0).check(2, 16, 4), "sequence slots: 2 sequences x 0 tokens != 2 tokens");
+  // read_cache_row is checked
+  std::vector<float> row(D);
+  expect_error([&] { rotary::read_cache_row(kv, 999, 0, row.data()); }, {"read_cache_row: slot 999"});
+  expect_error([&] { rotary::read_cache_row(kv, 0, H, row.data()); }, {"outside the cache's 8 slots x 2 heads"});
+  {  // with no q, k's problems are named as k's
+    Prologue<float, float, float> c;
+    c.k = k.data();
+    c.k_layout = {T_, H, H * D, 4};
+    c.k_out = k.data();
+    c.k_out_layout = c.k_layout;
+    try {
+      rotary::rope_prologue(rope, c, Positions::contiguous(0));
+      ADD_FAILURE() << "overlapping k rows accepted";
+    } catch (const rotary::error& e) {
+      EXPECT_EQ(std::string(e.what()).find("q "), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("k "), std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace
