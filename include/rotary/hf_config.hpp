@@ -10,6 +10,7 @@
 //                 head_dim (if > 0), else hidden_size / num_attention_heads (integer division, as HF
 //                 does). n_embd and n_embed are names of hidden_size, n_head of num_attention_heads
 //                 (GPT-J, CodeGen, Falcon's attribute maps). Each from the file, else the class default.
+//                 At most kHfMaxHeadDim (2^16) however obtained: hidden_size 2^20 over 1 head is refused.
 //   rotary_dim    rotary_dim (GPT-J, CodeGen), else int(head_dim * f) with f = partial_rotary_factor
 //                 (top level, else inside the rope parameters), else rotary_pct (GPT-NeoX), else the
 //                 class default, else 1; int() truncates as Python does; the result must be even.
@@ -19,7 +20,8 @@
 //                 when it differs from RopeParameters' 10000 (the JSON adapter moves a dict's theta to
 //                 rope_theta, so this only serves callers filling HfConfig by hand), else the class
 //                 default (Gemma-3 1e6, Mixtral 1e6, gpt-oss 150000, ...), else 10000.
-//                 A per-layer-type entry carries its own rope_theta.
+//                 A per-layer-type entry carries its own rope_theta. It must be > 0 and finite, and
+//                 > 1 for yarn (its correction range divides by ln rope_theta).
 //   max positions max_position_embeddings, else n_positions (GPT-J, CodeGen), else the class default.
 //   original_max_position_embeddings (llama3, yarn, longrope): the top-level key wins over the one in
 //                 rope_scaling (Phi-3 keeps it at the top level), else the rope_scaling value, else
@@ -29,7 +31,8 @@
 //                 "su" (early Phi-3 configs) means "longrope"; "mrope" (Qwen2-VL, Qwen2.5-VL) means
 //                 "default" (Qwen2VLConfig rewrites it so) and needs mrope_section.
 //   M-RoPE        mrope_section (and mrope_interleaved, Qwen3-VL) in the rope parameters are reported
-//                 in ResolvedRope, checked to sum to rotary_dim/2. The MultiAxisRope (multi_axis.hpp):
+//                 in ResolvedRope, checked: each entry in [0, rotary_dim/2], summing to rotary_dim/2.
+//                 The MultiAxisRope (multi_axis.hpp):
 //                   AxisMap map = r.mrope_interleaved
 //                       ? interleaved_mrope_axis_map(r.spec.effective_rotary_dim(), r.mrope_section)
 //                       : mrope_axis_map(r.spec.effective_rotary_dim(), r.mrope_section);
@@ -66,6 +69,12 @@
 #include "types.hpp"
 
 namespace rotary {
+
+// The largest head and hidden sizes accepted: no model comes close (the largest heads are 256 wide,
+// hidden sizes ~2^15); beyond them resolve() would allocate tables of that size. resolve() caps
+// head_dim however it is obtained; the JSON reader (hf_json.hpp) also caps the keys as it reads them.
+inline constexpr std::int64_t kHfMaxHeadDim = 1 << 16;
+inline constexpr std::int64_t kHfMaxHiddenSize = 1 << 20;
 
 // The rope-relevant keys of a Hugging Face config.json (for multimodal configs: of text_config).
 struct HfConfig {
@@ -250,10 +259,18 @@ inline std::optional<std::int64_t> hf_or(const std::optional<std::int64_t>& v, s
   return std::nullopt;
 }
 
+inline std::int64_t hf_head_dim_capped(const char* key, std::int64_t v) {
+  hf_positive(key, v);
+  if (v > kHfMaxHeadDim)
+    throw error(concat(key, " (", v, ") is larger than any model's (at most ", kHfMaxHeadDim, " accepted)"));
+  return v;
+}
+
 inline std::int64_t hf_head_dim(const HfConfig& c, const HfFamily* f) {
   const std::optional<std::int64_t> qk = hf_or(c.qk_rope_head_dim, f ? f->qk_rope_head_dim : 0);
-  if (qk) return hf_positive("qk_rope_head_dim", *qk);
-  if (c.head_dim && *c.head_dim != 0) return hf_positive("head_dim", *c.head_dim);  // HF: `head_dim or ...`
+  if (qk) return hf_head_dim_capped("qk_rope_head_dim", *qk);
+  // HF: `head_dim or hidden_size // num_attention_heads`.
+  if (c.head_dim && *c.head_dim != 0) return hf_head_dim_capped("head_dim", *c.head_dim);
   if (!c.head_dim && f && f->head_dim != 0) return f->head_dim;  // class default (an explicit 0 falls through)
   const char* hidden_key = c.hidden_size ? "hidden_size" : "n_embd";
   const char* heads_key = c.num_attention_heads ? "num_attention_heads" : "n_head";
@@ -270,7 +287,11 @@ inline std::int64_t hf_head_dim(const HfConfig& c, const HfFamily* f) {
   if (hidden && heads) {
     const std::int64_t h = hf_positive(hidden_key, *hidden);
     const std::int64_t n = hf_positive(heads_key, *heads);
-    return hf_positive("hidden_size / num_attention_heads", h / n);
+    const std::int64_t d = hf_positive("hidden_size / num_attention_heads", h / n);
+    if (d > kHfMaxHeadDim)
+      throw error(concat("head_dim = ", hidden_key, " (", h, ") / ", heads_key, " (", n, ") = ", d,
+                         " is larger than any model's (at most ", kHfMaxHeadDim, " accepted)"));
+    return d;
   }
   throw error(concat(
       "head_dim: the config has none of head_dim, qk_rope_head_dim, hidden_size (n_embd) + "
@@ -365,6 +386,12 @@ inline ResolvedRope resolve(const HfConfig& config, const ResolveOptions& option
   }
   if (!(p.rope_theta > 0.0) || !detail::finite(p.rope_theta))
     throw error(concat("rope_theta (", p.rope_theta, ") must be positive and finite"));
+  // YaRN's correction range d*ln(L0/(2*pi*beta)) / (2*ln rope_theta) divides by ln(rope_theta): 0 at
+  // 1 (NaN frequencies), negative below 1 (the range inverts and no pair is interpolated). No other
+  // rule takes the logarithm of the base.
+  if (p.rope_type == "yarn" && !(p.rope_theta > 1.0))
+    throw error(concat("rope_theta (", p.rope_theta,
+                       ") must be > 1 for rope_type 'yarn': its correction range divides by ln(rope_theta)"));
 
   // 2. max_position_embeddings and the pre-extension length.
   std::optional<std::int64_t> max_pos = config.max_position_embeddings;
@@ -430,15 +457,19 @@ inline ResolvedRope resolve(const HfConfig& config, const ResolveOptions& option
   if (options.pairing) pairing = *options.pairing;
 
   // 5. M-RoPE sections: they must cover the rotated pairs (HF's torch.split would fail otherwise).
+  // Each entry is at most rotary_dim/2 and the sum stops once it passes rotary_dim/2, so it stays
+  // below 2 * rotary_dim/2 and cannot overflow.
   if (!p.mrope_section.empty()) {
+    const std::int64_t pairs = rotary_dim / 2;
     std::int64_t sum = 0;
-    for (std::size_t i = 0; i < p.mrope_section.size(); ++i) {
-      if (p.mrope_section[i] < 0)
-        throw error(concat("mrope_section[", i, "] (", p.mrope_section[i], ") must be >= 0"));
-      sum += p.mrope_section[i];
+    for (std::size_t i = 0; i < p.mrope_section.size() && sum <= pairs; ++i) {
+      const std::int64_t s = p.mrope_section[i];
+      if (s < 0 || s > pairs)
+        throw error(concat("mrope_section[", i, "] (", s, ") must be in [0, rotary_dim/2 = ", pairs, "]"));
+      sum += s;
     }
-    if (sum != rotary_dim / 2)
-      throw error(concat("mrope_section sums to ", sum, " but rotary_dim/2 is ", rotary_dim / 2));
+    if (sum > pairs) throw error(concat("mrope_section sums to more than rotary_dim/2 (", pairs, ")"));
+    if (sum != pairs) throw error(concat("mrope_section sums to ", sum, " but rotary_dim/2 is ", pairs));
   }
 
   // 6. Frequencies.

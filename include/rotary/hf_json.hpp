@@ -13,6 +13,9 @@
 //     model type of the composite (gemma3 -> gemma3_text, llama4 -> llama4_text, ...).
 //   * rope_scaling, else rope_parameters (flat, or keyed by layer type); the legacy `type` key is
 //     rope_type. A dict's rope_theta wins over the top-level one (transformers 5 keeps it there).
+//     A dict with neither rope_type nor type is default RoPE only when that drops nothing (it is empty
+//     or holds only rope_theta, partial_rotary_factor, mrope_section, mrope_interleaved); one that
+//     sets anything else ({"factor": 4.0}) is an error, as in transformers (KeyError).
 //     "rope_scaling": null is default RoPE (it overrides a class default such as gpt-oss's yarn).
 //   * n_embed (Falcon) is read as n_embd.
 //   * Warnings (HfConfig::warnings): keys inside a rope dict that are no rope parameter, and keys
@@ -38,11 +41,6 @@
 #include "types.hpp"
 
 namespace rotary {
-
-// The largest head and hidden sizes the reader accepts: no model comes close (the largest heads are
-// 256 wide, hidden sizes ~2^15); beyond them resolve() would allocate tables of that size.
-inline constexpr std::int64_t kHfMaxHeadDim = 1 << 16;
-inline constexpr std::int64_t kHfMaxHiddenSize = 1 << 20;
 
 namespace detail {
 
@@ -198,13 +196,34 @@ inline void hf_check_spelling(const hf_json& obj, const std::string& where, std:
 // One rope_scaling / rope_parameters dict. `where` prefixes key names in messages.
 inline RopeParameters hf_rope_parameters(const hf_json& obj, const std::string& where,
                                          std::optional<double>* theta_in_dict, std::vector<std::string>& warnings) {
-  if (!obj.is_object()) hf_bad_type(where.substr(0, where.size() - 1), obj, "an object");
+  // The dict's name: "rope_scaling", "rope_parameters.full_attention", ...
+  const std::string name = where.substr(0, where.size() - 1);
+  if (!obj.is_object()) hf_bad_type(name, obj, "an object");
   RopeParameters p;
-  // transformers: rope_type, else the legacy `type`, else "default".
-  if (auto t = hf_get_string(obj, "rope_type", where))
+  // transformers: rope_type, else the legacy `type`.
+  if (auto t = hf_get_string(obj, "rope_type", where)) {
+    if (t->empty()) throw error("\"" + where + "rope_type\" is an empty string: name the rope_type");
     p.rope_type = *t;
-  else if (auto legacy = hf_get_string(obj, "type", where))
+  } else if (auto legacy = hf_get_string(obj, "type", where)) {
+    if (legacy->empty()) throw error("\"" + where + "type\" is an empty string: name the rope_type");
     p.rope_type = *legacy;
+  } else {
+    // Neither: transformers 4 raises KeyError (its rope init functions have no entry for None); reading
+    // default RoPE would silently drop the scaling the file asks for. Default RoPE is read only when
+    // nothing is dropped: the dict is empty or holds only keys default RoPE reads as well (rope_theta,
+    // partial_rotary_factor, the M-RoPE sections); a factor, or any other key (a misspelt "type"
+    // included), is refused.
+    for (const auto& kv : obj.items()) {
+      const std::string& k = kv.key();
+      if (kv.value().is_null() || k == "rope_theta" || k == "partial_rotary_factor" || k == "mrope_section" ||
+          k == "mrope_interleaved")
+        continue;
+      throw error(name + " names neither \"rope_type\" nor \"type\" but sets \"" + k + "\" (" +
+                  hf_show(kv.value()) +
+                  "), which default RoPE would ignore (transformers raises KeyError); add the rope_type it "
+                  "is meant for");
+    }
+  }
   const auto theta = hf_get_double(obj, "rope_theta", where);
   if (theta) p.rope_theta = *theta;
   if (theta_in_dict) *theta_in_dict = theta;

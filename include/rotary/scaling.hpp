@@ -233,6 +233,9 @@ inline void validate(const RopeParameters& p, const ScalingInput& in) {
     if (bf < bs)
       throw error(concat("rope_type 'yarn': beta_fast (", bf, ") must be >= beta_slow (", bs,
                          ") (HF only warns; the ramp would invert)"));
+    if (!(p.rope_theta > 1.0))
+      throw error(concat("rope_type 'yarn': rope_theta (", p.rope_theta,
+                         ") must be > 1: its correction range divides by ln(rope_theta)"));
   }
   if (t == "longrope") {
     detail::require_key(t, "short_factor", !p.short_factor.empty());

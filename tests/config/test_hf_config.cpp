@@ -449,6 +449,74 @@ TEST(HfConfig, MropeIsDefaultRopeWithSections) {
   EXPECT_EQ(map.count(2), 20);
 }
 
+TEST(HfConfig, MropeSectionsAreCheckedWithoutOverflow) {
+  HfConfig c = llama(3584, 28);  // head_dim 128: 64 pairs
+  c.model_type = "qwen2_vl";
+  RopeParameters p;
+  p.rope_type = "mrope";
+  // INT64_MAX + INT64_MAX + 66 wraps to 64 = rotary_dim/2 in int64 (and is undefined behaviour).
+  p.mrope_section = {INT64_MAX, INT64_MAX, 66};
+  c.rope_scaling = p;
+  expect_error([&] { resolve(c); }, {"mrope_section[0] (9223372036854775807)", "[0, rotary_dim/2 = 64]"});
+  c.rope_scaling->mrope_section = {16, 24, INT64_MAX};
+  expect_error([&] { resolve(c); }, {"mrope_section[2] (9223372036854775807)", "[0, rotary_dim/2 = 64]"});
+  c.rope_scaling->mrope_section = {16, -24, 72};
+  expect_error([&] { resolve(c); }, {"mrope_section[1] (-24)"});
+  c.rope_scaling->mrope_section = {64, 64, 0};
+  expect_error([&] { resolve(c); }, {"mrope_section sums to more than rotary_dim/2 (64)"});
+  c.rope_scaling->mrope_section = {0, 64, 0};  // one stream drives every pair: accepted
+  EXPECT_EQ(resolve(c).mrope_section, (std::vector<std::int64_t>{0, 64, 0}));
+}
+
+TEST(HfConfig, YarnNeedsRopeThetaAboveOne) {
+  // YaRN's correction range divides by ln(rope_theta): 0 at 1, negative below (the ramp inverts and
+  // no pair would be interpolated).
+  HfConfig c = llama();
+  RopeParameters p;
+  p.rope_type = "yarn";
+  p.factor = 4.0;
+  c.rope_scaling = p;
+  c.rope_theta = 1.0;
+  expect_error([&] { resolve(c); }, {"rope_theta (1)", "rope_type 'yarn'", "ln(rope_theta)"});
+  c.rope_theta = 0.5;
+  expect_error([&] { resolve(c); }, {"rope_theta (0.5)", "rope_type 'yarn'"});
+  c.rope_theta = 1.5;  // any base above 1 works
+  EXPECT_EQ(resolve(c).params.rope_type, "yarn");
+  // A per-layer-type entry carries its own theta.
+  c = llama();
+  p.rope_theta = 1.0;
+  c.per_layer_type["full_attention"] = p;
+  expect_error([&] { resolve(c); }, {"rope_theta (1)", "rope_type 'yarn'"});
+  // Rules that do not take ln(rope_theta) keep accepting base 1 (every theta_j = 1).
+  c = llama();
+  c.rope_theta = 1.0;
+  EXPECT_EQ(resolve(c).freqs.theta.back(), 1.0);
+  c.rope_scaling = RopeParameters{};
+  c.rope_scaling->rope_type = "linear";
+  c.rope_scaling->factor = 2.0;
+  EXPECT_EQ(resolve(c).freqs.theta.back(), 0.5);
+}
+
+TEST(HfConfig, HeadDimIsCappedHoweverItIsDerived) {
+  // hidden_size / num_attention_heads: 2^20 / 1 would build a 2^19-entry frequency table.
+  HfConfig c = llama(1 << 20, 1);
+  expect_error([&] { resolve(c); }, {"hidden_size (1048576)", "num_attention_heads (1)", "at most 65536"});
+  c.num_attention_heads.reset();  // n_embd / n_head name the keys the config used
+  c.hidden_size.reset();
+  c.n_embd = 1 << 20;
+  c.n_head = 4;
+  expect_error([&] { resolve(c); }, {"n_embd (1048576)", "n_head (4)", "262144", "at most 65536"});
+  c.n_head = 16;  // 2^16 exactly: accepted
+  EXPECT_EQ(resolve(c).spec.head_dim, 65536);
+  // An explicit head_dim or qk_rope_head_dim set in code gets the cap the JSON reader applies.
+  c = llama();
+  c.head_dim = (1 << 16) + 2;
+  expect_error([&] { resolve(c); }, {"head_dim (65538)", "at most 65536"});
+  c = llama();
+  c.qk_rope_head_dim = 1 << 17;
+  expect_error([&] { resolve(c); }, {"qk_rope_head_dim (131072)", "at most 65536"});
+}
+
 TEST(HfConfig, DeepseekSoftmaxScaleFactor) {
   HfConfig c;
   c.model_type = "deepseek_v3";

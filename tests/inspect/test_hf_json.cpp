@@ -104,6 +104,32 @@ TEST(HfJson, LegacyKeysAndNulls) {
   EXPECT_EQ(resolve(c, o).spec.base, 1e4);
 }
 
+TEST(HfJson, RopeDictWithoutTypeIsRefusedUnlessNothingIsLost) {
+  // transformers 4 raises KeyError for a rope_scaling without rope_type/type; reading it as default
+  // RoPE would drop the factor: the 4x extension the file asks for would not be what runs.
+  expect_error([] { parse_hf_config(R"({"model_type": "llama", "rope_scaling": {"factor": 4.0}})"); },
+               {"rope_scaling", "neither \"rope_type\" nor \"type\"", "factor"});
+  expect_error(
+      [] { parse_hf_config(R"({"rope_scaling": {"type": null, "rope_type": null, "factor": 4.0}})"); },
+      {"rope_scaling", "neither \"rope_type\" nor \"type\""});
+  expect_error(
+      [] { parse_hf_config(R"({"text_config": {"rope_parameters": {"rope_theta": 1e6, "factr": 2}}})"); },
+      {"text_config.rope_parameters", "factr"});
+  const char* per_layer = R"({"model_type": "gemma3_text", "rope_parameters": {
+      "full_attention": {"rope_theta": 1e6, "factor": 8.0}, "sliding_attention": {"rope_type": "default"}}})";
+  expect_error([&] { parse_hf_config(per_layer); }, {"rope_parameters.full_attention", "factor"});
+  expect_error([] { parse_hf_config(R"({"rope_scaling": {"rope_type": "", "factor": 4.0}})"); },
+               {"rope_scaling.rope_type", "empty"});
+  // Nothing only a scaling rule reads: default RoPE, nothing is lost.
+  HfConfig c = parse_hf_config(R"({"model_type": "llama", "rope_scaling": {}})");
+  EXPECT_EQ(resolve(c).params.rope_type, "default");
+  c = parse_hf_config(R"({"model_type": "llama", "rope_parameters": {"rope_theta": 500000.0}})");
+  EXPECT_EQ(resolve(c).spec.base, 500000.0);
+  c = parse_hf_config(R"({"model_type": "qwen3_vl_text", "rope_scaling": {"mrope_section": [24, 20, 20],
+      "mrope_interleaved": true}})");
+  EXPECT_TRUE(resolve(c).mrope_interleaved);
+}
+
 TEST(HfJson, ErrorsNameTheKey) {
   expect_error([] { parse_hf_config("{\"model_type\": "); }, {"not valid JSON"});
   expect_error([] { parse_hf_config("[1, 2]"); }, {"(top level)", "an object"});

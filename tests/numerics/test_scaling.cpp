@@ -574,6 +574,11 @@ TEST(Scaling, ValidationErrors) {
   expect_error(y, input(128, 4096), "beta_fast (-1)");
   y.beta_fast.reset();
   y.beta_slow.reset();
+  y.rope_theta = 0.5;  // ln(base) < 0: the correction range would invert (no pair interpolated, no error before)
+  expect_error(y, input(128, 4096), "rope_theta (0.5) must be > 1");
+  y.rope_theta = 1.0;  // ln(base) = 0: NaN frequencies
+  expect_error(y, input(128, 4096), "rope_theta (1) must be > 1");
+  y.rope_theta = 10000.0;
   y.mscale = INFINITY;
   expect_error(y, input(128, 4096), "mscale (inf)");
   y.mscale.reset();
