@@ -156,6 +156,36 @@ bool caches_side_by_side(const KvCacheView<E>& a, const KvCacheView<E>& b) noexc
          (a.blocks == 1 || (a.block_size - 1) * a.slot_stride + width <= a.block_stride);
 }
 
+// "" or which buffer the call writes (outputs, caches, int8 scales) overlaps which read (positions,
+// a caller's table, the slots).
+template <class T, class E, class W>
+std::string check_prologue_reads(const Prologue<T, E, W>& c, std::int64_t head_dim, const ReadExtents& reads) {
+  const std::int64_t tokens = c.tokens();
+  const Extent q_out = c.q_layout.heads > 0 ? extent_of(c.q_out, tokens, c.q_layout.heads, c.q_out_layout.token_stride,
+                                                         c.q_out_layout.head_stride, head_dim)
+                                             : Extent{};
+  const Extent k_out = c.k_out_layout.heads > 0
+                           ? extent_of(c.k_out, tokens, c.k_layout.heads, c.k_out_layout.token_stride,
+                                       c.k_out_layout.head_stride, head_dim)
+                           : Extent{};
+  constexpr bool written_scales = cache_scales_of<E>() == CacheScales::per_row;
+  const std::pair<const char*, Extent> written[] = {
+      {"q output", q_out},
+      {"k output", k_out},
+      {"k_cache", c.k_cache.extent()},
+      {"v_cache", c.v_cache.extent()},
+      {"k_cache's scales", written_scales ? c.k_cache.scales_extent() : Extent{}},
+      {"v_cache's scales", written_scales ? c.v_cache.scales_extent() : Extent{}}};
+  for (const ReadExtent& r : reads) {
+    if (r.name == nullptr) continue;
+    for (const auto& w : written)
+      if (overlap(w.second, r.x))
+        return concat(w.first, " and ", r.name, " share memory (", r.name, " is read while the call writes ",
+                      w.first, ")");
+  }
+  return {};
+}
+
 template <class T, class E, class W>
 std::string check_prologue(const Prologue<T, E, W>& c, std::int64_t head_dim, std::int64_t rotary_dim,
                            Pairing pairing) {
@@ -293,6 +323,11 @@ std::string check_prologue(const Prologue<T, E, W>& c, std::int64_t head_dim, st
       if (std::string m = hits(cname, "", cache.extent()); !m.empty()) return m;
       if (std::string m = hits(cname, "'s scales", cache.scales_extent()); !m.empty()) return m;
     }
+  }
+  if (c.has_k_cache() || c.has_v_cache()) {
+    if (std::string m = check_prologue_reads(c, head_dim, {ReadExtent{"the slots", c.slots.values_extent()}});
+        !m.empty())
+      return m;
   }
   if (c.has_k_cache() && c.has_v_cache()) {
     if (overlap(c.k_cache.extent(), c.v_cache.extent()) && !caches_side_by_side(c.k_cache, c.v_cache))
@@ -596,7 +631,10 @@ void prologue(bool checked, const R& r, const Prologue<T, E, W>& c, const rotato
                    : std::string();
       });
     }
-    if (rotates) require(checked, [&] { return src.check(tokens, c.q_layout.heads > 0 && c.k_layout.heads > 0); });
+    if (rotates) {
+      require(checked, [&] { return src.check(tokens, c.q_layout.heads > 0 && c.k_layout.heads > 0); });
+      require(checked, [&] { return check_prologue_reads(c, r.head_dim(), reads_of(src, tokens)); });
+    }
     PrologueKernels<T> kernels;
     kernels.rotate = select_kernel<T>();
     kernels.norm = select_norm_kernel<T>();

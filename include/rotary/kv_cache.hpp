@@ -243,6 +243,17 @@ class Slots {
   }
 
   bool is_mapping() const noexcept { return !sequences_; }
+  // The caller's array the slots are read from (slot_mapping's tokens, or cache_seqlens' batch values):
+  // no output of a call may overlap it.
+  detail::Extent values_extent() const noexcept {
+    const void* p = is_mapping() ? static_cast<const void*>(map_)
+                    : seqlens64_ != nullptr ? static_cast<const void*>(seqlens64_)
+                                            : static_cast<const void*>(seqlens32_);
+    const std::size_t size = is_mapping() || seqlens64_ != nullptr ? sizeof(std::int64_t) : sizeof(std::int32_t);
+    if (p == nullptr || count_ <= 0) return {};
+    const auto lo = reinterpret_cast<std::uintptr_t>(p);
+    return {lo, lo + static_cast<std::uintptr_t>(count_) * size};
+  }
   // Unchecked: token t's slot in a cache of block_size slots per block; < 0: not written.
   std::int64_t slot(std::int64_t t, std::int64_t block_size) const noexcept {
     if (is_mapping()) return map_[t];

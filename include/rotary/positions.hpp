@@ -3,6 +3,7 @@
 #define ROTARY_POSITIONS_HPP
 
 #include <Eigen/Core>
+#include <cstddef>
 #include <cstdint>
 #include <type_traits>
 #include <vector>
@@ -53,6 +54,15 @@ class Positions {
   // be null) and serves a call of 0 tokens.
   bool is_null() const noexcept {
     return (kind_ == Kind::int32 && p32_ == nullptr) || (kind_ == Kind::int64 && p64_ == nullptr);
+  }
+
+  // An array's first value and the bytes of one (nullptr and 0 for contiguous positions): where the
+  // checked calls find the array, which no output may overlap.
+  const void* data() const noexcept {
+    return kind_ == Kind::int32 ? static_cast<const void*>(p32_) : static_cast<const void*>(p64_);
+  }
+  std::size_t element_size() const noexcept {
+    return kind_ == Kind::int32 ? sizeof(std::int32_t) : kind_ == Kind::int64 ? sizeof(std::int64_t) : 0;
   }
 
   // The positions of tokens t, t + 1, ...: what a call over a sub-range starting at token t sees.

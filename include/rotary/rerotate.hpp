@@ -68,6 +68,7 @@ struct PerTokenRows {
   std::string check(std::int64_t tokens, bool /*fused*/) const {
     return check_positions(positions, tokens, static_cast<const CosSinCache<C>*>(nullptr));
   }
+  ReadExtents reads(std::int64_t tokens) const noexcept { return positions_read(positions, tokens); }
   static Scratch scratch() noexcept { return {}; }
   static constexpr bool separate_key_rows() noexcept { return false; }
   void fill(std::int64_t from, std::int64_t t0, std::int64_t t1, C* rows, C* /*key_rows*/,

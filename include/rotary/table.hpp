@@ -205,6 +205,16 @@ inline std::string check_table_positions(const Positions& p, std::int64_t tokens
   return {};
 }
 
+// The caller's memory a table call reads: the positions array and the cos and sin rows.
+template <class E>
+ReadExtents table_reads(const CosSinTableView<E>& table, const Positions& positions, std::int64_t tokens) noexcept {
+  const auto rows = [&table](const E* p) {
+    return table.rows() > 0 ? extent_of(p, table.rows(), 1, table.row_stride(), 0, table.half()) : Extent{};
+  };
+  return {ReadExtent{"positions", positions_extent(positions, tokens)}, ReadExtent{"the cos table", rows(table.cos())},
+          ReadExtent{"the sin table", rows(table.sin())}};
+}
+
 // A caller's table in the compute type, any layout: the kernels read it in place.
 template <class C>
 struct ViewRows {
@@ -214,6 +224,7 @@ struct ViewRows {
   std::string check(std::int64_t tokens, bool /*fused*/) const {
     return check_table_positions(positions, tokens, table.first_position(), table.rows());
   }
+  ReadExtents reads(std::int64_t tokens) const noexcept { return table_reads(table, positions, tokens); }
   RowSource<C> rows() const noexcept {
     RowSource<C> s;
     s.base = table.cos();
@@ -237,6 +248,7 @@ struct GatheredRows {
   std::string check(std::int64_t tokens, bool /*fused*/) const {
     return check_table_positions(positions, tokens, table.first_position(), table.rows());
   }
+  ReadExtents reads(std::int64_t tokens) const noexcept { return table_reads(table, positions, tokens); }
   static Scratch scratch() noexcept { return {}; }
   static constexpr bool separate_key_rows() noexcept { return false; }
   void fill(std::int64_t from, std::int64_t t0, std::int64_t t1, C* rows, C* /*key_rows*/,

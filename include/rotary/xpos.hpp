@@ -509,6 +509,7 @@ struct XPosRows {
     if (m.empty()) m = xpos->check_range(positions, tokens, center, dir, queries, !queries || fused);
     return m;
   }
+  detail::ReadExtents reads(std::int64_t tokens) const noexcept { return detail::positions_read(positions, tokens); }
   Scratch scratch() const { return Scratch(static_cast<std::size_t>(3 * xpos->pairs())); }
   bool separate_key_rows() const noexcept { return queries; }
   void fill(std::int64_t from, std::int64_t t0, std::int64_t t1, C* rows, C* key_rows,

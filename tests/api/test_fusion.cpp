@@ -1011,6 +1011,28 @@ TEST(FusedErrors, ScalesWeightsAndCachesSideBySide) {
   std::vector<float> row(D);
   expect_error([&] { rotary::read_cache_row(kv, 999, 0, row.data()); }, {"read_cache_row: slot 999"});
   expect_error([&] { rotary::read_cache_row(kv, 0, H, row.data()); }, {"outside the cache's 8 slots x 2 heads"});
+  {  // the slot mapping and a positions array are read while the call writes: apart from every output
+    std::vector<float> fc(B * S * H * D), fv(fc.size());
+    const auto fk = KvCacheView<float>::paged(fc.data(), B, S, H, D);
+    const auto fvv = KvCacheView<float>::paged(fv.data(), B, S, H, D);
+    std::memcpy(fc.data() + 40, slots.data(), slots.size() * sizeof(std::int64_t));
+    const auto* in_cache = reinterpret_cast<const std::int64_t*>(fc.data() + 40);
+    expect_error(
+        [&] {
+          rotary::rope_kv_write(rope, q.data(), l, k.data(), l, v.data(), l, Positions::contiguous(0),
+                                Slots::mapping(in_cache, T_), fk, fvv);
+        },
+        {"k_cache and the slots share memory"});
+    std::memcpy(q.data() + 20, slots.data(), slots.size() * sizeof(std::int64_t));
+    const auto* in_q = reinterpret_cast<const std::int64_t*>(q.data() + 20);
+    expect_error(
+        [&] {
+          rotary::rope_kv_write(rope, q.data(), l, k.data(), l, v.data(), l, Positions(in_q, T_), Slots(slots), fk,
+                                fvv);
+        },
+        {"q output and positions share memory"});
+    std::fill(q.begin(), q.end(), 1.0f);
+  }
   {  // with no q, k's problems are named as k's
     Prologue<float, float, float> c;
     c.k = k.data();

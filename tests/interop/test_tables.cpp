@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -263,6 +264,46 @@ TEST(Tables, Refusals) {
   const rotary::CosSinCache<float> listed =
       rotary::CosSinCache<float>::for_positions(rotary::default_frequencies(8, 10000.0), {3, 9});
   rotary_test::expect_error([&] { static_cast<void>(rotary::table_view(listed)); }, {"listed positions"});
+}
+
+// An output over what the call reads (the caller's table, a positions array) would overwrite values
+// before they are read: refused, with nothing written. Accepted before (the results were wrong).
+TEST(Tables, OutputApartFromTableAndPositions) {
+  const std::int64_t D = 8, T = 3;
+  const StridedLayout l{T, 1, D, D};
+  std::vector<float> buf(static_cast<std::size_t>(T * D + 10 * 4 * 2), 0.5f);
+  float* x = buf.data();
+  float* cos = x + T * D;  // the table right after x: apart, accepted
+  float* sin = cos + 10 * 4;
+  for (std::int64_t i = 0; i < 10 * 4; ++i) {
+    cos[i] = 1.0f;
+    sin[i] = 0.0f;
+  }
+  const TableRope<float> after(D, D, Pairing::half_split, CosSinTableView<float>::separate(cos, sin, 10, 4));
+  rotary::apply_strided(after, x, l, Positions::contiguous(0));
+  EXPECT_EQ(x[0], 0.5f);  // cos 1, sin 0: unchanged
+  // the table inside the rotated rows
+  const TableRope<float> inside(D, D, Pairing::half_split, CosSinTableView<float>::separate(x + D, sin, 10, 4));
+  const std::vector<float> before = buf;
+  rotary_test::expect_error([&] { rotary::apply_strided(inside, x, l, Positions::contiguous(0)); },
+                            {"x's output and the cos table share memory"});
+  EXPECT_EQ(buf, before);
+  // a positions array inside the rotated rows (its values valid: the call would otherwise run)
+  const std::int64_t pos[T] = {0, 1, 2};
+  std::memcpy(x + D, pos, sizeof pos);
+  const std::vector<float> before2 = buf;
+  const rotary::Rope<float> rope(rotary::RotarySpec(D), 16);
+  rotary_test::expect_error(
+      [&] {
+        rotary::apply_strided(rope, x, l, Positions(reinterpret_cast<const std::int64_t*>(x + D), T));
+      },
+      {"x's output and positions share memory"});
+  rotary_test::expect_error(
+      [&] {
+        rotary::apply_strided(after, x, l, Positions(reinterpret_cast<const std::int64_t*>(x + D), T));
+      },
+      {"x's output and positions share memory"});
+  EXPECT_EQ(buf, before2);
 }
 
 }  // namespace

@@ -308,6 +308,40 @@ template <class T>
 Extent out_extent(const StreamArgs<T>& s, std::int64_t tokens, std::int64_t head_dim) noexcept {
   return extent_of(s.out, tokens, s.heads, s.out_token_stride, s.out_head_stride, head_dim);
 }
+
+// What a row source reads from the caller besides the vectors (a positions array, a caller's cos/sin
+// table): no output of the call may overlap it, or a value would be overwritten before it is read.
+// name == nullptr: unused.
+struct ReadExtent {
+  const char* name = nullptr;
+  Extent x;
+};
+using ReadExtents = std::array<ReadExtent, 3>;
+
+// The values of tokens [0, tokens) of a positions array; empty for contiguous positions.
+inline Extent positions_extent(const Positions& p, std::int64_t tokens) noexcept {
+  if (p.is_contiguous() || p.is_null() || tokens <= 0) return {};
+  const auto lo = reinterpret_cast<std::uintptr_t>(p.data());
+  return {lo, lo + static_cast<std::uintptr_t>(tokens) * p.element_size()};
+}
+inline ReadExtents positions_read(const Positions& p, std::int64_t tokens) noexcept {
+  return {ReadExtent{"positions", positions_extent(p, tokens)}};
+}
+
+// "" or which output overlaps which read: q's (or the single stream's, x_name) and k's outputs.
+template <class T>
+std::string check_reads_apart(const KernelArgs<T>& a, const ReadExtents& reads, const char* x_name) {
+  const bool fused = a.k.heads > 0;
+  for (const ReadExtent& r : reads) {
+    if (r.name == nullptr) continue;
+    for (const StreamArgs<T>* s : {&a.q, &a.k})
+      if (overlap(out_extent(*s, a.tokens, a.head_dim), r.x))
+        return concat(s == &a.k ? "k" : fused ? "q" : x_name, "'s output and ", r.name, " share memory (",
+                      r.name, " is read while the output is written)");
+  }
+  return {};
+}
+
 template <class T>
 RowSet in_rows(const StreamArgs<T>& s, std::int64_t tokens, std::int64_t head_dim) noexcept {
   return RowSet(s.in, head_dim, {{"token", tokens, s.in_token_stride}, {"head", s.heads, s.in_head_stride}});

@@ -4,6 +4,9 @@
 // A row source gives the driver each token's cos/sin row and owns the checks of its positions:
 //   std::string check(std::int64_t tokens, bool fused) const   "" or what is wrong with the
 //                                                     positions (fused: the call has key heads)
+//   ReadExtents reads(std::int64_t tokens) const       (optional) the caller's memory it reads: a
+//                                                     positions array, a caller's table; no output
+//                                                     may overlap it (checks.hpp)
 //   static constexpr bool kTable
 //   kTable:  RowSource<C> rows() const                 the kernels read a table directly (a cache)
 //   !kTable: rows are made per block of kBlock tokens:
@@ -25,6 +28,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "../../cache.hpp"
@@ -215,6 +220,7 @@ struct TableRows {
   const CosSinCache<C>* cache;
   Positions positions;
   std::string check(std::int64_t tokens, bool /*fused*/) const { return check_positions(positions, tokens, cache); }
+  ReadExtents reads(std::int64_t tokens) const noexcept { return positions_read(positions, tokens); }
   RowSource<C> rows() const noexcept { return RowSource<C>::table(*cache, positions); }
 };
 
@@ -229,6 +235,7 @@ struct GeneratedRows {
   std::string check(std::int64_t tokens, bool /*fused*/) const {
     return check_positions(positions, tokens, static_cast<const CosSinCache<C>*>(nullptr));
   }
+  ReadExtents reads(std::int64_t tokens) const noexcept { return positions_read(positions, tokens); }
   Scratch scratch() const { return Scratch(static_cast<std::size_t>(2 * generator->pairs())); }
   static constexpr bool separate_key_rows() noexcept { return false; }
   void fill(std::int64_t from, std::int64_t /*t0*/, std::int64_t t1, C* rows, C* /*key_rows*/,
@@ -283,13 +290,26 @@ void run(const Source& src, KernelArgs<T> a, const ParallelFor& parallel) {
   }
 }
 
-// Validates the call (shapes, then the source's positions), throwing or asserting, and runs it.
+// The caller's memory a source reads (none for sources without reads()).
+template <class S, class = void>
+struct has_reads : std::false_type {};
+template <class S>
+struct has_reads<S, std::void_t<decltype(std::declval<const S&>().reads(std::int64_t{}))>> : std::true_type {};
+template <class Source>
+ReadExtents reads_of(const Source& src, std::int64_t tokens) noexcept {
+  if constexpr (has_reads<Source>::value) return src.reads(tokens);
+  else return {};
+}
+
+// Validates the call (shapes, then the source's positions, then the outputs apart from what the
+// source reads), throwing or asserting, and runs it.
 template <class T, class Source>
 void drive(bool checked, const Source& src, const KernelArgs<T>& a, const ParallelFor& parallel,
            const char* x_name = "x") {
   require(checked, [&] {
     std::string m = check_call(a, x_name);
     if (m.empty()) m = src.check(a.tokens, a.k.heads > 0);
+    if (m.empty()) m = check_reads_apart(a, reads_of(src, a.tokens), x_name);
     return m;
   });
   run(src, a, parallel);
