@@ -15,6 +15,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <functional>
 #include <limits>
 #include <random>
 #include <string>
@@ -141,7 +143,7 @@ TEST(Onnx, ReferenceBf16) {
   for (const Case& c : cases()) run_case<rotary::bf16>(c, ++salt);
 }
 
-// The contrib op with position_ids of shape [1] equals the opset-23 op with ids start + s.
+// The contrib op with position_ids of shape [1] or [] equals the opset-23 op with ids start + s.
 TEST(Onnx, ContribScalarStart) {
   std::mt19937_64 rng(rotary_test::seed() + 400);
   const std::int64_t b = 2, s = 5, h = 4, d = 16, max_pos = 64, start = 30;
@@ -170,6 +172,10 @@ TEST(Onnx, ContribScalarStart) {
     rotary::onnx::contrib::rotary_embedding(x.data(), shape, ids.data(), {b, s}, cos.data(), sin.data(),
                                             {max_pos, d / 2}, got2.data(), attrs);
     EXPECT_TRUE(rotary_test::same_bits(got2, want)) << (four_d ? "4-D" : "3-D") << " [B, S] ids";
+    std::vector<float> got3(x.size());  // ONNX Runtime also takes the start as a scalar (shape [])
+    rotary::onnx::contrib::rotary_embedding(x.data(), shape, &start_id, {}, cos.data(), sin.data(),
+                                            {max_pos, d / 2}, got3.data(), attrs);
+    EXPECT_TRUE(rotary_test::same_bits(got3, want)) << (four_d ? "4-D" : "3-D") << " scalar start";
   }
 }
 
@@ -201,10 +207,11 @@ TEST(Onnx, Refusals) {
   expect_error([&] { call({2, 3, 4, 8}, {50, 4}, nullptr, a); }, {"must be 3-D [batch, seq, rotary_dim / 2]"});
   expect_error([&] { call({2, 3, 4, 8}, {2, 5, 4}, nullptr, a); }, {"[batch, seq, rotary_dim / 2] = [2, 4, 4]"});
   expect_error([&] { call({2, 3, 4, 8}, {2, 4, 4}, ids.data(), a); }, {"must be 2-D"});
-  ids[5] = 50;
-  expect_error([&] { call({2, 3, 4, 8}, {50, 4}, ids.data(), a); }, {"positions[1] (50)", "outside the table [0, 50)"});
+  ids[5] = 50;  // batch 1, token 1
+  expect_error([&] { call({2, 3, 4, 8}, {50, 4}, ids.data(), a); },
+               {"position_ids[1][1] (50) is outside the cos/sin cache of 50 rows [0, 50)"});
   ids[5] = -1;
-  expect_error([&] { call({2, 3, 4, 8}, {50, 4}, ids.data(), a); }, {"positions[1] (-1) must be >= 0"});
+  expect_error([&] { call({2, 3, 4, 8}, {50, 4}, ids.data(), a); }, {"position_ids[1][1] (-1) is outside"});
   ids[5] = 1;
   expect_error([&] { call({2, -3, 4, 8}, {50, 4}, ids.data(), a); }, {"negative dimension"});
   const std::int64_t huge = std::numeric_limits<std::int64_t>::max() / 2;
@@ -220,7 +227,7 @@ TEST(Onnx, Refusals) {
         rotary::onnx::contrib::rotary_embedding(x.data(), {2, 3, 4, 8}, ids.data(), {2, 3}, cache.data(),
                                                 cache.data(), {50, 4}, out.data(), a);
       },
-      {"position_ids [2, 3] must be [1] or [2, 4]"});
+      {"position_ids [2, 3] must be [1] or [2, 4] (or a scalar, shape [])"});
   // partial overlap of input and output (not the same buffer) is refused by the driver
   expect_error(
       [&] {
@@ -228,6 +235,329 @@ TEST(Onnx, Refusals) {
                                        x.data() + 1, a);
       },
       {"overlap"});
+}
+
+
+// The front ends rotate one batch per call and each call checks only its own batch, so the whole
+// tensors are checked first. An output shifted from the input by whole batches (each batch would read
+// input that the previous batch's output overwrote) is refused before anything is written, for the
+// opset-23 op with and without position_ids and the contrib op, 3-D and 4-D; in place, and outputs
+// that end where the input starts or start where it ends, give the out-of-place bits.
+TEST(Onnx, OutputShiftedByWholeBatches) {
+  const std::int64_t b = 3, s = 2, h = 2, d = 4, max_pos = 8, half = d / 2;
+  const std::int64_t n = b * s * h * d, batch = s * h * d;
+  std::mt19937_64 rng(rotary_test::seed() + 500);
+  const std::vector<float> x = rotary_test::random_vector<float>(static_cast<std::size_t>(n), rng);
+  const std::vector<float> cos = rotary_test::random_vector<float>(static_cast<std::size_t>(max_pos * half), rng);
+  const std::vector<float> sin = rotary_test::random_vector<float>(static_cast<std::size_t>(max_pos * half), rng);
+  const std::vector<std::int64_t> ids =
+      rotary_test::random_positions(static_cast<std::size_t>(b * s), max_pos - 1, rng);
+  const std::int64_t start = 3;
+  using Op = std::function<void(const float*, float*)>;
+  for (const bool four_d : {false, true}) {
+    const std::vector<std::int64_t> shape = four_d ? std::vector<std::int64_t>{b, h, s, d}
+                                                   : std::vector<std::int64_t>{b, s, h * d};
+    RotaryEmbeddingAttrs a;
+    a.num_heads = four_d ? 0 : h;
+    const std::vector<std::tuple<const char*, Op>> ops = {
+        {"onnx::rotary_embedding",
+         [&](const float* in, float* out) {
+           rotary::onnx::rotary_embedding(in, shape, cos.data(), sin.data(), {max_pos, half}, ids.data(), out, a);
+         }},
+        {"onnx::rotary_embedding",  // no position_ids: cos/sin [B, S, r/2], one row per (batch, token)
+         [&](const float* in, float* out) {
+           rotary::onnx::rotary_embedding(in, shape, cos.data(), sin.data(), {b, s, half}, nullptr, out, a);
+         }},
+        {"onnx::contrib::rotary_embedding",
+         [&](const float* in, float* out) {
+           rotary::onnx::contrib::rotary_embedding(in, shape, &start, {1}, cos.data(), sin.data(), {max_pos, half},
+                                                   out, a);
+         }},
+    };
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      const char* op = std::get<0>(ops[i]);
+      const Op& run = std::get<1>(ops[i]);
+      SCOPED_TRACE(std::string(op) + (four_d ? " 4-D" : " 3-D") + " op " + std::to_string(i));
+      std::vector<float> want(x.size());
+      run(x.data(), want.data());
+      // buf = [n spare | input | n spare]: the output may start anywhere in it
+      std::vector<float> buf(static_cast<std::size_t>(3 * n));
+      std::copy(x.begin(), x.end(), buf.begin() + n);
+      const std::vector<float> before = buf;
+      for (const std::int64_t shift : {batch, 2 * batch, -batch, -2 * batch, n - 1, 1 - n}) {
+        rotary_test::expect_error([&] { run(buf.data() + n, buf.data() + n + shift); },
+                                  {op, ": input and output overlap"});
+        EXPECT_TRUE(rotary_test::same_bits(buf, before)) << "written before the refusal, shift " << shift;
+      }
+      for (const std::int64_t shift : {std::int64_t{0}, n, -n}) {  // in place; adjacent, apart
+        std::vector<float> v = before;
+        run(v.data() + n, v.data() + n + shift);
+        const auto out = v.begin() + n + shift;
+        EXPECT_TRUE(std::equal(want.begin(), want.end(), out,
+                               [](float p, float q) { return rotary_test::same_bits(p, q); }))
+            << "shift " << shift;
+      }
+    }
+  }
+}
+
+// Every batch reads cos_cache and sin_cache: an output that shares memory with either is refused
+// before anything is written (the tables would be overwritten while being read); caches next to the
+// output, not in it, are accepted.
+TEST(Onnx, OutputOverlapsCaches) {
+  const std::int64_t b = 2, s = 2, h = 2, d = 4, max_pos = 8, half = d / 2;
+  const std::int64_t n = b * s * h * d, table = max_pos * half;  // 32 and 16
+  std::mt19937_64 rng(rotary_test::seed() + 600);
+  const std::vector<float> x = rotary_test::random_vector<float>(static_cast<std::size_t>(n), rng);
+  const std::vector<std::int64_t> ids =
+      rotary_test::random_positions(static_cast<std::size_t>(b * s), max_pos - 1, rng);
+  const std::int64_t start = 1;
+  RotaryEmbeddingAttrs a;
+  a.num_heads = h;
+  const std::vector<std::int64_t> shape{b, s, h * d};
+  // buf = [output (n) | n more]; the caches are placed in it
+  std::vector<float> buf = rotary_test::random_vector<float>(static_cast<std::size_t>(2 * n), rng, -1.0, 1.0);
+  const std::vector<float> before = buf;
+  float* out = buf.data();
+  using rotary_test::expect_error;
+  struct Placement {
+    std::int64_t cos, sin;  // offsets into buf
+    const char* hit;        // the first cache the output overlaps
+  };
+  for (const Placement& p : {Placement{0, 16, "cos_cache"},            // the audit's case
+                             Placement{n, n - 4, "sin_cache"},         // sin's first row in the last head
+                             Placement{n - 1, n + table, "cos_cache"},  // one element shared
+                             Placement{2, 2, "cos_cache"}}) {          // one table for both
+    SCOPED_TRACE(std::string("cos at ") + std::to_string(p.cos) + ", sin at " + std::to_string(p.sin));
+    const float* c = buf.data() + p.cos;
+    const float* sn = buf.data() + p.sin;
+    const std::string hit = std::string("output overlaps ") + p.hit;
+    expect_error([&] { rotary::onnx::rotary_embedding(x.data(), shape, c, sn, {max_pos, half}, ids.data(), out, a); },
+                 {"onnx::rotary_embedding: ", hit.c_str(), "must not share memory with cos_cache or sin_cache"});
+    expect_error([&] { rotary::onnx::rotary_embedding(x.data(), shape, c, sn, {b, s, half}, nullptr, out, a); },
+                 {"onnx::rotary_embedding: ", hit.c_str()});
+    expect_error(
+        [&] {
+          rotary::onnx::contrib::rotary_embedding(x.data(), shape, &start, {1}, c, sn, {max_pos, half}, out, a);
+        },
+        {"onnx::contrib::rotary_embedding: ", hit.c_str()});
+    EXPECT_TRUE(rotary_test::same_bits(buf, before)) << "written before the refusal";
+  }
+  // [x | cos | sin] in one buffer, rotated in place: the caches touch the output but do not overlap it.
+  std::vector<float> packed(x);
+  packed.insert(packed.end(), before.begin(), before.begin() + 2 * table);
+  std::vector<float> want(x.size());
+  rotary::onnx::rotary_embedding(x.data(), shape, packed.data() + n, packed.data() + n + table, {max_pos, half},
+                                 ids.data(), want.data(), a);
+  rotary::onnx::rotary_embedding(packed.data(), shape, packed.data() + n, packed.data() + n + table,
+                                 {max_pos, half}, ids.data(), packed.data(), a);
+  EXPECT_TRUE(std::equal(want.begin(), want.end(), packed.begin(),
+                         [](float p, float q) { return rotary_test::same_bits(p, q); }));
+}
+
+// Random x (n values) and cos/sin tables (m values each) for the refusal tests below.
+struct SmallCase {
+  SmallCase(std::int64_t n, std::int64_t m, int seed) {
+    std::mt19937_64 rng(rotary_test::seed() + static_cast<std::uint64_t>(seed));
+    x = rotary_test::random_vector<float>(static_cast<std::size_t>(n), rng);
+    cos = rotary_test::random_vector<float>(static_cast<std::size_t>(m), rng);
+    sin = rotary_test::random_vector<float>(static_cast<std::size_t>(m), rng);
+  }
+  std::vector<float> x, cos, sin;
+};
+
+// position_ids are checked over the whole call before any batch is written. The front ends rotate one
+// batch per call, and a bad id in the last batch used to throw only after the first batch was written
+// (in place: the input destroyed), with its index counted within its batch ("positions[1]" for
+// position_ids[1][1]). For the opset-23 op and the contrib op with [B, S] ids, 3-D and 4-D, in place and
+// out of place: the call throws, names the entry of position_ids and the cache size, and changes no
+// buffer.
+TEST(Onnx, BadPositionIdInLastBatchWritesNothing) {
+  const std::int64_t b = 2, s = 2, h = 2, d = 4, max_pos = 3, half = d / 2;
+  const SmallCase c(b * s * h * d, max_pos * half, 700);
+  const std::vector<float>& x = c.x;
+  const std::vector<float>& cos = c.cos;
+  const std::vector<float>& sin = c.sin;
+  const std::vector<float> x_before = x;
+  using rotary_test::expect_error;
+  using rotary_test::same_bits;
+  struct Bad {
+    std::size_t at;  // row-major index into position_ids [2, 2]
+    std::int64_t value;
+    const char* message;
+  };
+  for (const Bad& bad : {Bad{3, 99, "position_ids[1][1] (99) is outside the cos/sin cache of 3 rows [0, 3)"},
+                         Bad{3, -1, "position_ids[1][1] (-1) is outside the cos/sin cache of 3 rows [0, 3)"},
+                         Bad{2, 3, "position_ids[1][0] (3) is outside the cos/sin cache of 3 rows [0, 3)"}}) {
+    std::vector<std::int64_t> ids{1, 1, 1, 1};  // the audit's {1, 1, 1, 99}, and others
+    ids[bad.at] = bad.value;
+    const std::vector<std::int64_t> ids_before = ids;
+    for (const bool four_d : {false, true}) {
+      const std::vector<std::int64_t> shape = four_d ? std::vector<std::int64_t>{b, h, s, d}
+                                                     : std::vector<std::int64_t>{b, s, h * d};
+      RotaryEmbeddingAttrs a;
+      a.num_heads = four_d ? 0 : h;
+      for (const bool contrib : {false, true}) {
+        SCOPED_TRACE(std::string(contrib ? "contrib" : "opset 23") + (four_d ? " 4-D " : " 3-D ") + bad.message);
+        const char* op = contrib ? "onnx::contrib::rotary_embedding: " : "onnx::rotary_embedding: ";
+        const auto run = [&](const float* in, float* out) {
+          if (contrib)
+            rotary::onnx::contrib::rotary_embedding(in, shape, ids.data(), {b, s}, cos.data(), sin.data(),
+                                                    {max_pos, half}, out, a);
+          else
+            rotary::onnx::rotary_embedding(in, shape, cos.data(), sin.data(), {max_pos, half}, ids.data(), out, a);
+        };
+        std::vector<float> v = x;
+        expect_error([&] { run(v.data(), v.data()); }, {op, bad.message});
+        EXPECT_TRUE(same_bits(v, x_before)) << "in place: the input was written before the refusal";
+        std::vector<float> out(x.size(), -7.0f);
+        const std::vector<float> out_before = out;
+        expect_error([&] { run(x.data(), out.data()); }, {op, bad.message});
+        EXPECT_TRUE(same_bits(out, out_before)) << "out of place: the output was written before the refusal";
+        EXPECT_TRUE(same_bits(x, x_before));
+        EXPECT_EQ(ids, ids_before);
+      }
+    }
+  }
+}
+
+// The contrib op's start form (position_ids [1], or a scalar []): token t of every batch at start + t.
+// A start that puts any token outside the cache is refused before anything is written, naming
+// position_ids[0], the first token outside and the cache size; a start near INT64_MAX (start + t
+// overflows) is outside at token 0, never wrapped.
+TEST(Onnx, ContribStartOutsideCacheWritesNothing) {
+  const std::int64_t b = 2, s = 2, h = 2, d = 4, max_pos = 3, half = d / 2;
+  const SmallCase c(b * s * h * d, max_pos * half, 800);
+  const std::vector<float>& x = c.x;
+  const std::vector<float>& cos = c.cos;
+  const std::vector<float>& sin = c.sin;
+  const std::vector<float> x_before = x;
+  using rotary_test::expect_error;
+  using rotary_test::same_bits;
+  const std::int64_t top = std::numeric_limits<std::int64_t>::max();
+  struct Bad {
+    std::int64_t start;
+    std::string message;
+  };
+  const std::vector<Bad> bads{
+      {2, "position_ids[0] (start 2) puts token 1 at position 3, outside the cos/sin cache of 3 rows [0, 3)"},
+      {3, "position_ids[0] (start 3) puts token 0 at position 3, outside the cos/sin cache of 3 rows [0, 3)"},
+      {-1, "position_ids[0] (start -1) puts token 0 at position -1, outside the cos/sin cache of 3 rows [0, 3)"},
+      {top, "position_ids[0] (start " + std::to_string(top) + ") puts token 0 at position " + std::to_string(top) +
+                ", outside the cos/sin cache of 3 rows [0, 3)"}};
+  for (const Bad& bad : bads) {
+    const std::int64_t start = bad.start;
+    for (const bool four_d : {false, true}) {
+      const std::vector<std::int64_t> shape = four_d ? std::vector<std::int64_t>{b, h, s, d}
+                                                     : std::vector<std::int64_t>{b, s, h * d};
+      RotaryEmbeddingAttrs a;
+      a.num_heads = four_d ? 0 : h;
+      for (const bool scalar : {false, true}) {
+        SCOPED_TRACE(std::string(scalar ? "[]" : "[1]") + (four_d ? " 4-D " : " 3-D ") + bad.message);
+        const std::vector<std::int64_t> ids_shape = scalar ? std::vector<std::int64_t>{} : std::vector<std::int64_t>{1};
+        const auto run = [&](const float* in, float* out) {
+          rotary::onnx::contrib::rotary_embedding(in, shape, &start, ids_shape, cos.data(), sin.data(),
+                                                  {max_pos, half}, out, a);
+        };
+        std::vector<float> v = x;
+        expect_error([&] { run(v.data(), v.data()); }, {"onnx::contrib::rotary_embedding: ", bad.message.c_str()});
+        EXPECT_TRUE(same_bits(v, x_before)) << "in place: the input was written before the refusal";
+        std::vector<float> out(x.size(), -7.0f);
+        const std::vector<float> out_before = out;
+        expect_error([&] { run(x.data(), out.data()); }, {"onnx::contrib::rotary_embedding: ", bad.message.c_str()});
+        EXPECT_TRUE(same_bits(out, out_before)) << "out of place: the output was written before the refusal";
+        EXPECT_TRUE(same_bits(x, x_before));
+        EXPECT_EQ(start, bad.start);
+      }
+    }
+  }
+  // The last start that fits: tokens at 1 and 2.
+  const std::int64_t fits = max_pos - s;
+  std::vector<float> out(x.size());
+  rotary::onnx::contrib::rotary_embedding(x.data(), {b, s, h * d}, &fits, {1}, cos.data(), sin.data(),
+                                          {max_pos, half}, out.data(), RotaryEmbeddingAttrs{false, 0, h});
+  EXPECT_FALSE(same_bits(out, x));
+}
+
+// position_ids are read by every batch while output is written: an output that shares memory with them
+// (the ids would be overwritten while still needed) is refused before anything is written, for the
+// opset-23 op and the contrib op ([B, S] ids and the [1] start), out of place and in place. An output
+// next to the ids, not on them, is accepted and gives the usual bits.
+TEST(Onnx, OutputOverlapsPositionIds) {
+  const std::int64_t b = 2, s = 2, h = 2, d = 4, max_pos = 8, half = d / 2;
+  const std::int64_t n = b * s * h * d;  // 32 floats: 16 int64 slots
+  const auto slots = static_cast<std::int64_t>(static_cast<std::size_t>(n) * sizeof(float) / sizeof(std::int64_t));
+  std::mt19937_64 rng(rotary_test::seed() + 900);
+  const std::vector<float> x = rotary_test::random_vector<float>(static_cast<std::size_t>(n), rng);
+  const std::vector<float> cos = rotary_test::random_vector<float>(static_cast<std::size_t>(max_pos * half), rng);
+  const std::vector<float> sin = rotary_test::random_vector<float>(static_cast<std::size_t>(max_pos * half), rng);
+  const std::vector<std::int64_t> ids =
+      rotary_test::random_positions(static_cast<std::size_t>(b * s), max_pos - 1, rng);
+  const std::vector<std::int64_t> start{5};
+  const std::vector<std::int64_t> shape{b, s, h * d};
+  RotaryEmbeddingAttrs a;
+  a.num_heads = h;
+  using rotary_test::expect_error;
+  using rotary_test::same_bits;
+  struct Op {
+    const char* name;
+    const std::vector<std::int64_t>* values;  // what the caller's position_ids hold
+    int form;                                 // 0: opset 23 [B, S]; 1: contrib [B, S]; 2: contrib [1]
+  };
+  for (const Op& op : {Op{"onnx::rotary_embedding: ", &ids, 0}, Op{"onnx::contrib::rotary_embedding: ", &ids, 1},
+                       Op{"onnx::contrib::rotary_embedding: ", &start, 2}}) {
+    const auto count = static_cast<std::int64_t>(op.values->size());
+    SCOPED_TRACE(std::string(op.name) + "form " + std::to_string(op.form));
+    const auto run = [&](const std::int64_t* p, const float* in, float* out) {
+      if (op.form == 0)
+        rotary::onnx::rotary_embedding(in, shape, cos.data(), sin.data(), {max_pos, half}, p, out, a);
+      else
+        rotary::onnx::contrib::rotary_embedding(in, shape, p, op.form == 1 ? std::vector<std::int64_t>{b, s}
+                                                                           : std::vector<std::int64_t>{1},
+                                                cos.data(), sin.data(), {max_pos, half}, out, a);
+    };
+    std::vector<float> want(x.size());
+    run(op.values->data(), x.data(), want.data());
+    struct Placement {
+      std::int64_t ids, out;  // in int64 slots of mem
+      std::string message;    // "" : apart, accepted
+    };
+    std::vector<Placement> places{
+        {0, 0, "output element 0 (in memory order) overlaps position_ids element 0"},
+        {1, 0, "output element 2 (in memory order) overlaps position_ids element 0"},
+        {slots + 1, 2, "output element 30 (in memory order) overlaps position_ids element 0"},  // last 2 floats
+        {0, count, ""},  // the output starts where the ids end
+        {slots, 0, ""}};  // the ids start where the output ends
+    if (count > 1) places.push_back({0, 3, "output element 0 (in memory order) overlaps position_ids element 3"});
+    for (const Placement& p : places) {
+      SCOPED_TRACE("ids at slot " + std::to_string(p.ids) + ", output at slot " + std::to_string(p.out));
+      // int64 storage holding the ids, with the float output laid over it
+      std::vector<std::int64_t> mem(static_cast<std::size_t>(2 * slots + count + 4), 0x5a5a5a5a5a5a5a5a);
+      std::copy(op.values->begin(), op.values->end(), mem.begin() + p.ids);
+      const std::int64_t* pid = mem.data() + p.ids;
+      auto* out = reinterpret_cast<float*>(mem.data() + p.out);
+      const std::vector<std::int64_t> before = mem;
+      if (!p.message.empty()) {
+        const std::string full = std::string(op.name) + "output and position_ids share memory: " + p.message;
+        expect_error([&] { run(pid, x.data(), out); }, {full.c_str(), "must not share memory with position_ids"});
+        EXPECT_EQ(mem, before) << "out of place: written before the refusal";
+        // In place: x copied over the output region (and so over the ids it covers), rotated in place.
+        std::vector<std::int64_t> in_place = before;
+        auto* xo = reinterpret_cast<float*>(in_place.data() + p.out);
+        std::memcpy(xo, x.data(), x.size() * sizeof(float));
+        const std::int64_t* pid2 = in_place.data() + p.ids;
+        const std::vector<std::int64_t> in_place_before = in_place;
+        expect_error([&] { run(pid2, xo, xo); }, {full.c_str()});
+        EXPECT_EQ(in_place, in_place_before) << "in place: written before the refusal";
+      } else {
+        run(pid, x.data(), out);
+        std::vector<float> got(x.size());
+        std::memcpy(got.data(), out, got.size() * sizeof(float));
+        EXPECT_TRUE(same_bits(got, want));
+        EXPECT_TRUE(std::equal(op.values->begin(), op.values->end(), pid)) << "position_ids written";
+      }
+    }
+  }
 }
 
 }  // namespace

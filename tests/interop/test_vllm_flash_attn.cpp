@@ -171,6 +171,30 @@ TEST(Vllm, Refusals) {
                                                cache.data(), 10, 16, true);
       },
       {"overlap"});
+  // The cache is read while query and key are rotated in place: it may share memory with neither
+  // (nothing is written before the refusal); next to them it is accepted.
+  const std::vector<std::int64_t> ok{0, 3, 2, 1};
+  std::mt19937_64 rng(rotary_test::seed() + 700);
+  std::vector<float> qr = rotary_test::random_vector<float>(q.size(), rng);
+  std::vector<float> kr = rotary_test::random_vector<float>(k.size(), rng);
+  const std::vector<float> q0 = qr, k0 = kr;
+  const auto call_with_cache = [&](const float* c) {
+    rotary::vllm::rotary_embedding(ok.data(), 4, qr.data(), 2, kr.data(), 1, 16, c, 4, 16, true);
+  };
+  expect_error([&] { call_with_cache(qr.data()); },
+               {"query overlaps cos_sin_cache", "must not share memory with the cache"});
+  expect_error([&] { call_with_cache(qr.data() + 64); }, {"query overlaps cos_sin_cache"});  // q's last 4 heads
+  expect_error([&] { call_with_cache(kr.data()); }, {"key overlaps cos_sin_cache"});
+  EXPECT_TRUE(rotary_test::same_bits(qr, q0) && rotary_test::same_bits(kr, k0)) << "written before the refusal";
+  const std::vector<float> c1 = rotary_test::random_vector<float>(4 * 16, rng, -1.0, 1.0);
+  std::vector<float> want = q0;
+  rotary::vllm::rotary_embedding(ok.data(), 4, want.data(), 2, static_cast<float*>(nullptr), 0, 16, c1.data(), 4, 16,
+                                 true);
+  std::vector<float> qc = q0;  // [query | cache]
+  qc.insert(qc.end(), c1.begin(), c1.end());
+  rotary::vllm::rotary_embedding(ok.data(), 4, qc.data(), 2, static_cast<float*>(nullptr), 0, 16,
+                                 qc.data() + q.size(), 4, 16, true);
+  EXPECT_TRUE(std::equal(want.begin(), want.end(), qc.begin()));
 }
 
 // ---- FlashAttention ---------------------------------------------------------------------------------
@@ -283,6 +307,57 @@ TEST(FlashAttn, Refusals) {
       {"cu_seqlens[batch] (10) must equal total_seqlen (9)"});
   expect_error([&] { fa::apply_rotary_emb<float, float>(x.data(), out.data(), 2, 5, 2, 16, nullptr, sin.data(), {8, 8}); },
                {"null cos or sin"});
+  // Every sequence reads cos and sin while out is written: out may share memory with neither (nothing is
+  // written before the refusal), in place or not; tables next to it are accepted.
+  std::mt19937_64 rng(rotary_test::seed() + 800);
+  const std::vector<float> x1 = rotary_test::random_vector<float>(x.size(), rng);
+  std::vector<float> buf = rotary_test::random_vector<float>(x.size() + 2 * 64, rng, -1.0, 1.0);  // [out | cos | sin]
+  const std::vector<float> before = buf;
+  float* const o0 = buf.data();
+  const float* const c0 = buf.data() + x.size();
+  expect_error([&] { fa::apply_rotary_emb(x.data(), o0, 2, 5, 2, 16, o0 + 8, c0 + 64, {8, 8}); },
+               {"out overlaps cos", "must not share memory with cos or sin"});
+  expect_error([&] { fa::apply_rotary_emb(x.data(), o0, 2, 5, 2, 16, c0, c0 - 1, {8, 8}); }, {"out overlaps sin"});
+  expect_error([&] { fa::apply_rotary_emb(o0, o0, 2, 5, 2, 16, o0, c0 + 64, {8, 8}); }, {"out overlaps cos"});
+  const std::vector<std::int32_t> cu2{0, 4, 10};
+  expect_error(
+      [&] { fa::apply_rotary_emb_varlen(x.data(), o0, 10, 2, 16, cu2.data(), 2, 6, c0, o0 + 300, {8, 8}); },
+      {"flash_attn::apply_rotary_emb_varlen: out overlaps sin"});
+  EXPECT_TRUE(rotary_test::same_bits(buf, before)) << "written before the refusal";
+  std::vector<float> want(x.size());
+  fa::apply_rotary_emb(x1.data(), want.data(), 2, 5, 2, 16, c0, c0 + 64, {8, 8});
+  std::copy(x1.begin(), x1.end(), buf.begin());
+  fa::apply_rotary_emb(o0, o0, 2, 5, 2, 16, c0, c0 + 64, {8, 8});
+  EXPECT_TRUE(std::equal(want.begin(), want.end(), buf.begin()));
+}
+
+TEST(FlashAttn, NullSeqlenOffsetsArray) {
+  // A null per-sequence array is not the scalar offset 0: it throws unless it holds no values.
+  std::vector<float> x(2 * 5 * 2 * 16, 1.0f), out(x.size()), cos(8 * 8, 0.5f), sin(8 * 8, 0.5f);
+  using rotary_test::expect_error;
+  namespace fa = rotary::flash_attn;
+  const std::vector<std::int32_t> cu{0, 5, 10};
+  for (const bool wide : {false, true}) {
+    SCOPED_TRACE(wide ? "int64" : "int32");
+    const auto null_offsets = [wide](std::int64_t count) {
+      return wide ? fa::SeqlenOffsets(static_cast<const std::int64_t*>(nullptr), count)
+                  : fa::SeqlenOffsets(static_cast<const std::int32_t*>(nullptr), count);
+    };
+    fa::Options o;
+    o.seqlen_offsets = null_offsets(2);
+    EXPECT_TRUE(o.seqlen_offsets.per_sequence());
+    expect_error([&] { fa::apply_rotary_emb(x.data(), out.data(), 2, 5, 2, 16, cos.data(), sin.data(), {8, 8}, o); },
+                 {"flash_attn::apply_rotary_emb", "seqlen_offsets is null but holds 2 values"});
+    expect_error(
+        [&] { fa::apply_rotary_emb_varlen(x.data(), out.data(), 10, 2, 16, cu.data(), 2, 5, cos.data(), sin.data(), {8, 8}, o); },
+        {"flash_attn::apply_rotary_emb_varlen", "seqlen_offsets is null but holds 2 values"});
+    // Null with 0 values is an empty per-sequence array: it serves 0 sequences, not 2.
+    o.seqlen_offsets = null_offsets(0);
+    expect_error([&] { fa::apply_rotary_emb(x.data(), out.data(), 2, 5, 2, 16, cos.data(), sin.data(), {8, 8}, o); },
+                 {"seqlen_offsets holds 0 values for 2 sequences"});
+    EXPECT_NO_THROW(fa::apply_rotary_emb(x.data(), out.data(), 0, 5, 2, 16, cos.data(), sin.data(), {8, 8}, o));
+    EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float v) { return v == 0.0f; }));  // nothing written
+  }
 }
 
 }  // namespace

@@ -12,8 +12,9 @@
 // FlashAttention's masking is kept: a token whose position is at or past seqlen_ro is left unchanged
 // (its kernel loads cos = 1, sin = 0 there). Tables of any values and of f32, f64, f16 or bf16 are
 // accepted (widened exactly, never narrowed). Inconsistent shapes, a negative offset, cu_seqlens that
-// are not non-decreasing from 0 to total_seqlen, a sequence longer than max_seqlen, null pointers and
-// overlapping x/out (other than x == out) throw rotary::error.
+// are not non-decreasing from 0 to total_seqlen, a sequence longer than max_seqlen, null pointers (a
+// null seqlen_offsets array that holds values included), overlapping x/out (other than x == out) and
+// an out that overlaps cos or sin throw rotary::error.
 #ifndef ROTARY_COMPAT_FLASH_ATTN_HPP
 #define ROTARY_COMPAT_FLASH_ATTN_HPP
 
@@ -25,6 +26,7 @@
 #include <vector>
 
 #include "../apply.hpp"
+#include "../detail/driver/checks.hpp"
 #include "../detail/format.hpp"
 #include "../positions.hpp"
 #include "../table.hpp"
@@ -32,15 +34,21 @@
 
 namespace rotary::flash_attn {
 
-// seqlen_offsets: an int (the default 0) or a per-sequence array of int32 or int64.
+// seqlen_offsets: an int (the default 0) or a per-sequence array of int32 or int64. A plain view, as
+// Positions: the calls check it (count = number of sequences; a null array that holds values throws,
+// one of 0 values is empty and serves 0 sequences; a null array is never the shift 0).
 class SeqlenOffsets {
  public:
   SeqlenOffsets(std::int64_t shift = 0) noexcept : shift_(shift) {}  // NOLINT(google-explicit-constructor)
-  SeqlenOffsets(const std::int32_t* per_sequence, std::int64_t count) noexcept : i32_(per_sequence), count_(count) {}
-  SeqlenOffsets(const std::int64_t* per_sequence, std::int64_t count) noexcept : i64_(per_sequence), count_(count) {}
+  SeqlenOffsets(const std::int32_t* per_sequence, std::int64_t count) noexcept
+      : i32_(per_sequence), count_(count), per_sequence_(true) {}
+  SeqlenOffsets(const std::int64_t* per_sequence, std::int64_t count) noexcept
+      : i64_(per_sequence), count_(count), per_sequence_(true) {}
 
-  bool per_sequence() const noexcept { return i32_ != nullptr || i64_ != nullptr; }
+  bool per_sequence() const noexcept { return per_sequence_; }
+  bool is_null() const noexcept { return per_sequence_ && i32_ == nullptr && i64_ == nullptr; }
   std::int64_t count() const noexcept { return count_; }
+  // Unchecked: b in [0, count()) of a non-null array (the calls check both first).
   std::int64_t operator[](std::int64_t b) const noexcept {
     if (i32_ != nullptr) return i32_[b];
     if (i64_ != nullptr) return i64_[b];
@@ -52,6 +60,7 @@ class SeqlenOffsets {
   const std::int32_t* i32_ = nullptr;
   const std::int64_t* i64_ = nullptr;
   std::int64_t count_ = 0;
+  bool per_sequence_ = false;
 };
 
 // The shape of cos and of sin: (seqlen_ro, rotary_dim / 2).
@@ -82,6 +91,8 @@ void run_sequences(const char* op, const T* x, T* out, const std::vector<std::in
     throw error(concat(op, ": rotary_dim (", 2 * ts.half, ") must be <= headdim (", headdim, ")"));
   if (cos == nullptr || sin == nullptr) throw error(concat(op, ": null cos or sin"));
   const auto count = static_cast<std::int64_t>(starts.size()) - 1;
+  if (o.seqlen_offsets.is_null() && o.seqlen_offsets.count() > 0)
+    throw error(concat(op, ": seqlen_offsets is null but holds ", o.seqlen_offsets.count(), " values"));
   if (o.seqlen_offsets.per_sequence() && o.seqlen_offsets.count() != count)
     throw error(concat(op, ": seqlen_offsets holds ", o.seqlen_offsets.count(), " values for ", count, " sequences"));
   const std::int64_t token = nheads * headdim;  // elements per token
@@ -90,6 +101,17 @@ void run_sequences(const char* op, const T* x, T* out, const std::vector<std::in
   const std::less<const T*> before;  // a total order, also for unrelated buffers
   if (n > 0 && x != out && before(x, out + n) && before(out, x + n))
     throw error(concat(op, ": out overlaps x without being x (in place is out == x)"));
+  // Every sequence's call reads cos and sin, and checks x and out but not the table: out shares no
+  // memory with either, checked once over the whole tensor before any work.
+  namespace rd = rotary::detail;
+  if (!rd::span_fits({{ts.seqlen_ro, ts.half}}, ts.half, sizeof(E)))
+    throw error(concat(op, ": cos/sin (", ts.seqlen_ro, ", ", ts.half, ") span more than PTRDIFF_MAX bytes: no "
+                       "buffer is that large"));
+  const rd::Extent written = rd::extent_of(out, starts.back(), nheads, token, headdim, headdim);
+  for (const auto& [table, name] : {std::pair<const E*, const char*>{cos, "cos"}, {sin, "sin"}})
+    if (rd::overlap(written, rd::extent_of(table, ts.seqlen_ro, 1, ts.half, 0, ts.half)))
+      throw error(concat(op, ": out overlaps ", name, ": out must not share memory with cos or sin (both are read "
+                         "while out is written)"));
   for (std::int64_t b = 0; b < count; ++b)
     if (o.seqlen_offsets[b] < 0) throw error(concat(op, ": seqlen_offsets[", b, "] (", o.seqlen_offsets[b], ") must be >= 0"));
   const TableRope<T, E> rope(headdim, 2 * ts.half, o.interleaved ? Pairing::interleaved : Pairing::half_split,

@@ -13,14 +13,18 @@
 // The caches may hold any values (they are not checked to be rotations). Every inconsistency throws
 // rotary::error: a rank other than 3 or 4, a non-positive or non-dividing num_heads, an odd or
 // oversized r, a cache width other than r/2, cache rows that do not match [B, S] without
-// position_ids, a position outside [0, max_pos), null pointers, int64 overflow of a shape.
+// position_ids, a position outside [0, max_pos), null pointers, int64 overflow of a shape, an
+// output that overlaps the input without being it, an output that overlaps cos_cache, sin_cache or
+// position_ids. All of it is checked over the whole call before any batch is written: a throwing call
+// leaves every buffer unchanged (in place too).
 //
 // com.microsoft RotaryEmbedding (rotary::onnx::contrib::rotary_embedding): the same math; input 3-D
-// [B, S, H*D] or 4-D [B, H, S, D]; cos/sin [max_pos, r/2]; position_ids [B, S], or of shape [1]: a
-// start offset, positions start + s for every batch.
+// [B, S, H*D] or 4-D [B, H, S, D]; cos/sin [max_pos, r/2]; position_ids [B, S], or of shape [1] (or
+// a scalar, shape []): a start offset, positions start + s for every batch.
 #ifndef ROTARY_COMPAT_ONNX_HPP
 #define ROTARY_COMPAT_ONNX_HPP
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -28,8 +32,10 @@
 #include <vector>
 
 #include "../apply.hpp"
+#include "../detail/driver/checks.hpp"
 #include "../detail/format.hpp"
 #include "../dtype.hpp"
+#include "../layouts.hpp"
 #include "../positions.hpp"
 #include "../table.hpp"
 #include "../types.hpp"
@@ -124,6 +130,92 @@ void run_batches(const T* input, T* output, const Geometry& g, bool interleaved,
   }
 }
 
+// The whole tensor as one view: g.batch batches of g.per_batch.
+template <class T>
+BatchView<T> whole_view(T* p, const Geometry& g) noexcept {
+  return BatchView<T>(p, BatchShape{g.batch, g.seq, g.heads, g.head_dim},
+                      BatchStrides{g.batch_stride, g.per_batch.token_stride, g.per_batch.head_stride});
+}
+
+// Before any work, over the whole tensors: run_batches makes one call per batch, and each call checks
+// only its own batch. The output is the input (in place) or disjoint from it, else a batch would read
+// input that an earlier batch's output overwrote; and it shares no memory with the caches, which every
+// batch reads.
+template <class T>
+void check_output(const T* input, T* output, const Geometry& g, const CosSinTableView<T>& table, const char* op) {
+  namespace rd = rotary::detail;
+  const BatchView<const T> in = whole_view(input, g);
+  const BatchView<T> out = whole_view(output, g);
+  const rd::ViewNames names{"input", "output"};
+  std::string m = rd::check_batch_view(names.in, in, g.head_dim);
+  if (m.empty()) m = rd::check_batch_view(names.out, out, g.head_dim);
+  if (m.empty()) m = rd::check_in_out(names, in, out);
+  if (!m.empty()) throw error(concat(op, ": ", m));
+  if (!rd::span_fits({{table.rows(), table.row_stride()}}, table.half(), sizeof(T)))
+    throw error(concat(op, ": cos/sin cache spans more than PTRDIFF_MAX bytes (", table.rows(), " rows of ",
+                       table.half(), " values): no buffer is that large"));
+  const rd::Extent written = rd::batch_extent(output, out.shape, out.strides);
+  for (const auto& [cache, name] :
+       {std::pair<const T*, const char*>{table.cos(), "cos_cache"}, {table.sin(), "sin_cache"}}) {
+    if (!rd::overlap(written, rd::extent_of(cache, table.rows(), 1, table.row_stride(), 0, table.half())))
+      continue;
+    const rd::RowSet rows(cache, table.half(), {{"row", table.rows(), table.row_stride()}});
+    throw error(concat(op, ": output overlaps ", name, ": ",
+                       rd::where_views_meet("output", rd::batch_rows(out), name, rows),
+                       "; output must not share memory with cos_cache or sin_cache (both are read while "
+                       "output is written)"));
+  }
+}
+
+// The position ids, checked over the whole call before any batch is written: run_batches rotates one
+// batch per call, and each call checks only its own positions, so a bad id in a later batch would throw
+// after earlier batches were written (in place: after the input was destroyed). Messages name the entry
+// of the caller's position_ids tensor, not a token of one batch. A call of no tokens reads no positions.
+
+// [B, S] ids: each in [0, rows).
+inline void check_position_ids(const std::int64_t* ids, const Geometry& g, std::int64_t rows, const char* op) {
+  if (g.batch == 0 || g.seq == 0) return;
+  for (std::int64_t b = 0; b < g.batch; ++b)
+    for (std::int64_t s = 0; s < g.seq; ++s) {
+      const std::int64_t p = ids[b * g.seq + s];
+      if (p < 0 || p >= rows)
+        throw error(concat(op, ": position_ids[", b, "][", s, "] (", p, ") is outside the cos/sin cache of ", rows,
+                           " rows [0, ", rows, ")"));
+    }
+}
+
+// A start offset: positions start + s, s in [0, S), in [0, rows). Computed without forming start + s for
+// a start past the cache (start + S - 1 may overflow int64); the message names the first token outside.
+inline void check_start_position(std::int64_t start, const Geometry& g, std::int64_t rows, const char* op) {
+  if (g.batch == 0 || g.seq == 0) return;
+  std::int64_t token = -1;
+  if (start < 0 || start >= rows) token = 0;
+  else if (g.seq > rows - start) token = rows - start;  // start < rows: no overflow
+  if (token < 0) return;
+  throw error(concat(op, ": position_ids[0] (start ", start, ") puts token ", token, " at position ",
+                     token == 0 ? start : rows, ", outside the cos/sin cache of ", rows, " rows [0, ", rows, ")"));
+}
+
+// position_ids are read by every batch while output is written: they must not share memory. count:
+// the int64 values the call reads. Output is dense, so its bounding range is exactly its memory.
+template <class T>
+void check_ids_apart(const std::int64_t* ids, std::int64_t count, const T* output, const Geometry& g,
+                     const char* op) {
+  namespace rd = rotary::detail;
+  if (count == 0) return;
+  const BatchView<const T> out = whole_view(output, g);
+  const rd::Extent written = rd::batch_extent(out.data, out.shape, out.strides);
+  const auto lo = reinterpret_cast<std::uintptr_t>(ids);
+  const rd::Extent read{lo, lo + static_cast<std::uintptr_t>(count) * sizeof(std::int64_t)};
+  if (!rd::overlap(written, read)) return;
+  const std::uintptr_t at = std::max(written.lo, read.lo);
+  const auto out_element = static_cast<std::int64_t>((at - written.lo) / sizeof(T));
+  const auto id = static_cast<std::int64_t>((at - read.lo) / sizeof(std::int64_t));
+  throw error(concat(op, ": output and position_ids share memory: output element ", out_element,
+                     " (in memory order) overlaps position_ids element ", id, count == 1 ? "" : " (row-major)",
+                     "; output must not share memory with position_ids (they are read while output is written)"));
+}
+
 template <class T>
 void check_pointers(const T* input, const T* cos_cache, const T* sin_cache, const T* output, std::int64_t n,
                     const char* op) {
@@ -155,6 +247,9 @@ void rotary_embedding(const T* input, const std::vector<std::int64_t>& input_sha
   const std::int64_t half = g.rotary_dim / 2;
   if (with_ids) {
     const auto table = CosSinTableView<T>::separate(cos_cache, sin_cache, cache_shape[0], half);
+    detail::check_output(input, output, g, table, op);
+    detail::check_ids_apart(position_ids, detail::elements({g.batch, g.seq}, "position_ids"), output, g, op);
+    detail::check_position_ids(position_ids, g, cache_shape[0], op);
     detail::run_batches(
         input, output, g, attrs.interleaved, [&](std::int64_t) { return table; },
         [&](std::int64_t b) { return Positions(position_ids + b * g.seq, g.seq); });
@@ -163,6 +258,7 @@ void rotary_embedding(const T* input, const std::vector<std::int64_t>& input_sha
       throw error(detail::concat(op, ": without position_ids the cos/sin cache ", detail::shape_string(cache_shape),
                                  " must be [batch, seq, rotary_dim / 2] = [", g.batch, ", ", g.seq, ", ", half, "]"));
     const auto table = CosSinTableView<T>::separate(cos_cache, sin_cache, g.batch * g.seq, half);
+    detail::check_output(input, output, g, table, op);
     detail::run_batches(
         input, output, g, attrs.interleaved, [&](std::int64_t b) { return table.rows_from(b * g.seq, g.seq); },
         [](std::int64_t) { return Positions::contiguous(0); });
@@ -171,8 +267,8 @@ void rotary_embedding(const T* input, const std::vector<std::int64_t>& input_sha
 
 namespace contrib {
 
-// com.microsoft RotaryEmbedding (see the top of this file): position_ids_shape [B, S], or [1] for a
-// start offset shared by every batch; cache_shape [max_pos, r/2].
+// com.microsoft RotaryEmbedding (see the top of this file): position_ids_shape [B, S], or [1] or []
+// for a start offset shared by every batch; cache_shape [max_pos, r/2].
 template <class T>  // float, rotary::f16, rotary::bf16
 void rotary_embedding(const T* input, const std::vector<std::int64_t>& input_shape, const std::int64_t* position_ids,
                       const std::vector<std::int64_t>& position_ids_shape, const T* cos_cache, const T* sin_cache,
@@ -186,11 +282,19 @@ void rotary_embedding(const T* input, const std::vector<std::int64_t>& input_sha
                                " must be 2-D [max_sequence_length, rotary_dim / 2]"));
   detail::check_cache_width(cache_shape, g.rotary_dim, op);
   if (position_ids == nullptr) throw error(detail::concat(op, ": null position_ids"));
-  const bool start_only = position_ids_shape == std::vector<std::int64_t>{1};
+  // ONNX Runtime's start form is a scalar or a one-element vector (IsScalarOr1ElementVector)
+  const bool start_only = position_ids_shape.empty() || position_ids_shape == std::vector<std::int64_t>{1};
   if (!start_only && position_ids_shape != std::vector<std::int64_t>{g.batch, g.seq})
     throw error(detail::concat(op, ": position_ids ", detail::shape_string(position_ids_shape), " must be [1] or [",
-                               g.batch, ", ", g.seq, "]"));
+                               g.batch, ", ", g.seq, "] (or a scalar, shape [])"));
   const auto table = CosSinTableView<T>::separate(cos_cache, sin_cache, cache_shape[0], g.rotary_dim / 2);
+  detail::check_output(input, output, g, table, op);
+  detail::check_ids_apart(position_ids, start_only ? 1 : detail::elements({g.batch, g.seq}, "position_ids"),
+                          output, g, op);
+  if (start_only)
+    detail::check_start_position(position_ids[0], g, cache_shape[0], op);
+  else
+    detail::check_position_ids(position_ids, g, cache_shape[0], op);
   detail::run_batches(
       input, output, g, attrs.interleaved, [&](std::int64_t) { return table; },
       [&](std::int64_t b) {

@@ -10,14 +10,16 @@
 // The cache may be f32, f64, f16 or bf16 (vLLM keeps it in the query's dtype); it is widened exactly
 // to f32 (f64 for f64 vectors) and never narrowed. Query and key are rotated in one fused pass.
 // Unlike the GPU kernel, positions are checked: one outside [0, max_position) throws rotary::error,
-// as do null pointers, an odd or oversized rot_dim, a row stride shorter than a token's heads and
-// query/key buffers that overlap.
+// as do null pointers, an odd or oversized rot_dim, a row stride shorter than a token's heads,
+// query/key buffers that overlap and a cos_sin_cache that shares memory with query or key.
 #ifndef ROTARY_COMPAT_VLLM_HPP
 #define ROTARY_COMPAT_VLLM_HPP
 
 #include <cstdint>
+#include <tuple>
 
 #include "../apply.hpp"
+#include "../detail/driver/checks.hpp"
 #include "../detail/format.hpp"
 #include "../positions.hpp"
 #include "../table.hpp"
@@ -48,6 +50,19 @@ void rotary_embedding_strided(const std::int64_t* positions, std::int64_t num_to
   const StridedLayout ql{num_tokens, num_heads, query_token_stride, query_head_stride};
   const StridedLayout kl = key == nullptr ? StridedLayout{num_tokens, 0, 0, 0}
                                           : StridedLayout{num_tokens, num_kv_heads, key_token_stride, key_head_stride};
+  // Query and key are rewritten in place while the cache is read; the driver checks their views, not
+  // the table: neither may share memory with it. Views the driver will refuse are left to it.
+  namespace rd = rotary::detail;
+  if (!rd::span_fits({{max_position, rot_dim}}, rot_dim, sizeof(E)))
+    throw error(concat("vllm::rotary_embedding: cos_sin_cache [", max_position, ", ", rot_dim,
+                       "] spans more than PTRDIFF_MAX bytes: no buffer is that large"));
+  const rd::Extent cache = rd::extent_of(cos_sin_cache, max_position, 1, rot_dim, 0, rot_dim);
+  for (const auto& [x, l, name] : {std::tuple<const T*, StridedLayout, const char*>{query, ql, "query"},
+                                   {key, kl, "key"}})
+    if (rd::check_view(name, x, l.tokens, l.heads, l.token_stride, l.head_stride, head_size).empty() &&
+        rd::overlap(cache, rd::extent_of(x, l.tokens, l.heads, l.token_stride, l.head_stride, head_size)))
+      throw error(concat("vllm::rotary_embedding: ", name, " overlaps cos_sin_cache: query and key must not share "
+                         "memory with the cache (it is read while they are rotated in place)"));
   apply_qk_strided(rope, query, ql, query, ql, key, kl, key, kl, Positions(positions, num_tokens));
 }
 
