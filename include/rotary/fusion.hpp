@@ -324,11 +324,6 @@ std::string check_prologue(const Prologue<T, E, W>& c, std::int64_t head_dim, st
       if (std::string m = hits(cname, "'s scales", cache.scales_extent()); !m.empty()) return m;
     }
   }
-  if (c.has_k_cache() || c.has_v_cache()) {
-    if (std::string m = check_prologue_reads(c, head_dim, {ReadExtent{"the slots", c.slots.values_extent()}});
-        !m.empty())
-      return m;
-  }
   if (c.has_k_cache() && c.has_v_cache()) {
     if (overlap(c.k_cache.extent(), c.v_cache.extent()) && !caches_side_by_side(c.k_cache, c.v_cache))
       return "k_cache and v_cache share memory (they may only be disjoint columns of the same slot rows)";
@@ -631,10 +626,14 @@ void prologue(bool checked, const R& r, const Prologue<T, E, W>& c, const rotato
                    : std::string();
       });
     }
-    if (rotates) {
-      require(checked, [&] { return src.check(tokens, c.q_layout.heads > 0 && c.k_layout.heads > 0); });
-      require(checked, [&] { return check_prologue_reads(c, r.head_dim(), reads_of(src, tokens)); });
-    }
+    // the positions (when something is rotated), then what the call writes apart from what it reads
+    require(checked, [&] {
+      std::string m = rotates ? src.check(tokens, c.q_layout.heads > 0 && c.k_layout.heads > 0) : std::string();
+      if (!m.empty()) return m;
+      ReadExtents reads = rotates ? reads_of(src, tokens) : ReadExtents{};
+      if (c.has_k_cache() || c.has_v_cache()) reads.back() = ReadExtent{"the slots", c.slots.values_extent()};
+      return check_prologue_reads(c, r.head_dim(), reads);
+    });
     PrologueKernels<T> kernels;
     kernels.rotate = select_kernel<T>();
     kernels.norm = select_norm_kernel<T>();

@@ -311,12 +311,12 @@ Extent out_extent(const StreamArgs<T>& s, std::int64_t tokens, std::int64_t head
 
 // What a row source reads from the caller besides the vectors (a positions array, a caller's cos/sin
 // table): no output of the call may overlap it, or a value would be overwritten before it is read.
-// name == nullptr: unused.
+// name == nullptr: unused. A source fills at most the first 3 (the fused calls add their slots).
 struct ReadExtent {
   const char* name = nullptr;
   Extent x;
 };
-using ReadExtents = std::array<ReadExtent, 3>;
+using ReadExtents = std::array<ReadExtent, 4>;
 
 // The values of tokens [0, tokens) of a positions array; empty for contiguous positions.
 inline Extent positions_extent(const Positions& p, std::int64_t tokens) noexcept {
