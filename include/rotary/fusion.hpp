@@ -139,21 +139,47 @@ struct Prologue {
 
 namespace detail {
 
-// Two caches over the same slot rows (equal geometry), each in its own columns of every slot: the
-// MLA layout [.., kv_lora_rank + rope_dim], latent in front, k_pe behind.
+// Whether two caches' rows share memory. Caches apart, or side by side in the same slot rows (MLA's
+// [latent | k_pe]): O(1). Other interleaved caches that repeat with the same block stride
+// (FlashInfer's [blocks, 2, block_size, heads, D] pages, k and v heads alternating in one slot row):
+// one block of `a` against each block of `b` it can reach (at most three: each cache's block fits its
+// stride), their rows merged in address order, O(block_size x heads) each. Any other overlap counts
+// as shared.
 template <class E>
-bool caches_side_by_side(const KvCacheView<E>& a, const KvCacheView<E>& b) noexcept {
-  if (a.blocks != b.blocks || a.block_size != b.block_size || a.block_stride != b.block_stride ||
-      a.slot_stride != b.slot_stride)
-    return false;
-  const auto span = [](const KvCacheView<E>& c) { return (c.heads - 1) * c.head_stride + c.head_dim; };
-  const std::ptrdiff_t delta = b.data - a.data;  // b's columns start this far after a's
-  const std::int64_t lo = delta >= 0 ? span(a) : span(b);
-  const std::ptrdiff_t gap = delta >= 0 ? delta : -delta;
-  const std::int64_t width = gap + (delta >= 0 ? span(b) : span(a));  // both caches' columns of a slot
-  // apart within a slot, the pair inside its slot row, and a block of pairs before the next block
-  return gap >= lo && (a.block_size == 1 || width <= a.slot_stride) &&
-         (a.blocks == 1 || (a.block_size - 1) * a.slot_stride + width <= a.block_stride);
+bool caches_share_rows(const KvCacheView<E>& a, const KvCacheView<E>& b) noexcept {
+  if (!overlap(a.extent(), b.extent())) return false;
+  if (a.blocks != b.blocks || (a.blocks > 1 && a.block_stride != b.block_stride)) return true;
+  if (a.slot_stride == b.slot_stride && a.block_size == b.block_size) {  // O(1): MLA's [latent | k_pe]
+    const auto span = [](const KvCacheView<E>& c) { return (c.heads - 1) * c.head_stride + c.head_dim; };
+    const std::ptrdiff_t delta = b.data - a.data;  // the caches overlap: one buffer
+    const std::int64_t lo = delta >= 0 ? span(a) : span(b);
+    const std::int64_t width = (delta >= 0 ? delta : -delta) + (delta >= 0 ? span(b) : span(a));
+    if ((delta >= 0 ? delta : -delta) >= lo && (a.block_size == 1 || width <= a.slot_stride) &&
+        (a.blocks == 1 || (a.block_size - 1) * a.slot_stride + width <= a.block_stride))
+      return false;  // columns apart in every slot row, and a block of both within the block stride
+  }
+  const auto es = static_cast<std::int64_t>(sizeof(E));
+  const auto block_rows = [](const KvCacheView<E>& c) {
+    return RowSet(c.data, c.head_dim, {{"slot", c.block_size, c.slot_stride}, {"head", c.heads, c.head_stride}});
+  };
+  const RowSet ra = block_rows(a);
+  RowSet rb = block_rows(b);
+  const std::int64_t span_a = ra.span() * es;
+  const std::int64_t span_b = rb.span() * es;
+  // b's block j starts delta - k * period bytes after a's block j + k
+  const std::int64_t delta = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(b.data) -
+                                                       reinterpret_cast<std::uintptr_t>(a.data));
+  const std::int64_t period = a.blocks > 1 ? a.block_stride * es : 0;
+  const std::int64_t reach = a.blocks - 1;
+  for (std::int64_t k = -reach; k <= reach; ++k) {
+    if (period == 0 && k != 0) continue;
+    const std::int64_t off = delta - k * period;
+    if (off >= span_a || off + span_b <= 0) continue;  // these two blocks' spans are apart
+    rb.base = ra.base + static_cast<std::uintptr_t>(off);
+    SharedRows shared;
+    if (first_shared(ra, rb, shared)) return true;
+  }
+  return false;
 }
 
 // "" or which buffer the call writes (outputs, caches, int8 scales) overlaps which read (positions,
@@ -325,8 +351,8 @@ std::string check_prologue(const Prologue<T, E, W>& c, std::int64_t head_dim, st
     }
   }
   if (c.has_k_cache() && c.has_v_cache()) {
-    if (overlap(c.k_cache.extent(), c.v_cache.extent()) && !caches_side_by_side(c.k_cache, c.v_cache))
-      return "k_cache and v_cache share memory (they may only be disjoint columns of the same slot rows)";
+    if (caches_share_rows(c.k_cache, c.v_cache))
+      return "k_cache and v_cache share memory (a row of one overlaps a row of the other)";
     if (overlap(c.k_cache.scales_extent(), c.v_cache.extent())) return "k_cache's scales and v_cache share memory";
     if (overlap(c.v_cache.scales_extent(), c.k_cache.extent())) return "v_cache's scales and k_cache share memory";
     // int8 scales are written: one array each (fp8's per-head scales are only read and may be shared)

@@ -908,6 +908,45 @@ TEST(FusedErrors, RefusesBadCallsWithClearMessages) {
       {"deinterleave", "half_split rotator"});
 }
 
+// Two caches interleaved in one buffer without sharing a row are one cache pair: FlashInfer's pages
+// [blocks, 2, block_size, heads, D] (k's block, then v's) and slot rows [heads, 2, D] (k's head h,
+// then v's). Both were refused ("share memory"); they give the bytes of two separate caches.
+TEST(Fused, InterleavedCachePairsEqualSeparateCaches) {
+  const std::int64_t T_ = 5, H = 2, D = 8, B = 3, S = 4;
+  const rotary::Rope<float> rope(rotary::RotarySpec(D), 64);
+  std::mt19937_64 rng(rotary_test::seed() + 77);
+  const std::vector<float> q0 = rotary_test::random_vector<float>(static_cast<std::size_t>(T_ * H * D), rng);
+  const std::vector<float> k = rotary_test::random_vector<float>(q0.size(), rng);
+  const std::vector<float> v = rotary_test::random_vector<float>(q0.size(), rng);
+  const StridedLayout l{T_, H, H * D, D};
+  const std::vector<std::int64_t> slots = {0, 5, 6, 11, -1};
+  std::vector<float> q = q0;
+  std::vector<float> kc(B * S * H * D), vc(kc.size());
+  rotary::rope_kv_write(rope, q.data(), l, k.data(), l, v.data(), l, Positions::contiguous(3), Slots(slots),
+                        KvCacheView<float>::paged(kc.data(), B, S, H, D),
+                        KvCacheView<float>::paged(vc.data(), B, S, H, D));
+  struct Pair {
+    const char* name;
+    std::ptrdiff_t v_offset, block_stride, slot_stride, head_stride;
+  };
+  for (const Pair& p : {Pair{"FlashInfer pages", S * H * D, 2 * S * H * D, H * D, D},
+                        Pair{"heads [2, D]", D, S * H * 2 * D, H * 2 * D, 2 * D}}) {
+    SCOPED_TRACE(p.name);
+    std::vector<float> buf(static_cast<std::size_t>(2 * B * S * H * D), 0.0f);  // as kc and vc
+    const auto kp = KvCacheView<float>::strided(buf.data(), B, S, H, D, p.block_stride, p.slot_stride, p.head_stride);
+    const auto vp = KvCacheView<float>::strided(buf.data() + p.v_offset, B, S, H, D, p.block_stride, p.slot_stride,
+                                                p.head_stride);
+    std::vector<float> q2 = q0;
+    rotary::rope_kv_write(rope, q2.data(), l, k.data(), l, v.data(), l, Positions::contiguous(3), Slots(slots), kp, vp);
+    EXPECT_TRUE(rotary_test::same_bits(q2, q));
+    for (std::int64_t slot = 0; slot < B * S; ++slot)
+      for (std::int64_t h = 0; h < H; ++h) {
+        EXPECT_EQ(std::memcmp(kp.row(slot, h), kc.data() + (slot * H + h) * D, D * sizeof(float)), 0) << slot;
+        EXPECT_EQ(std::memcmp(vp.row(slot, h), vc.data() + (slot * H + h) * D, D * sizeof(float)), 0) << slot;
+      }
+  }
+}
+
 // What a call reads while it writes other buffers: cache scales, norm weights, a second cache beside
 // the first, sequence counts. Each case below was accepted before (wrong values or UB, no error).
 TEST(FusedErrors, ScalesWeightsAndCachesSideBySide) {
@@ -975,7 +1014,8 @@ TEST(FusedErrors, ScalesWeightsAndCachesSideBySide) {
                                 Slots(slots), kb, vb);
         },
         {"k_cache and v_cache share memory"});
-    // side by side within blocks long enough: accepted
+    // side by side within blocks long enough: accepted (k's and v's heads alternating in one slot row,
+    // and FlashInfer's pages [blocks, 2, block_size, heads, D], are below)
     const auto kw = KvCacheView<float>::strided(buf.data(), 4, 1, 1, D, 2 * D, 4 * D, D);
     const auto vw = KvCacheView<float>::strided(buf.data() + D, 4, 1, 1, D, 2 * D, 4 * D, D);
     rotary::rope_kv_write(rope, q.data(), one, k.data(), one, v.data(), one, Positions::contiguous(0), Slots(slots),
