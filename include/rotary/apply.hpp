@@ -95,15 +95,32 @@ void strided(bool checked, const R& r, const T* in, const StridedLayout& il, T* 
   rotate(checked, r, make_stream(in, il, out, ol), StreamArgs<T>{}, il.tokens, p, dir, parallel);
 }
 
+// q and k layouts of a fused strided call: k_in.heads == 0 means no key; negative is refused (it
+// must never read as "no key" and leave k unrotated).
+inline std::string check_strided_qk_layouts(const StridedLayout& qil, const StridedLayout& qol,
+                                            const StridedLayout& kil, const StridedLayout& kol) {
+  if (kil.heads < 0) return concat("k heads (", kil.heads, ") must be >= 0 (0: no key)");
+  return check_qk_layouts(qil, qol, kil, kol);
+}
+
+// The kernel arguments of a fused strided call (layouts checked by check_strided_qk_layouts).
+template <class R, class T>
+KernelArgs<T> strided_qk_args(const R& r, const T* q_in, const StridedLayout& qil, T* q_out, const StridedLayout& qol,
+                              const T* k_in, const StridedLayout& kil, T* k_out, const StridedLayout& kol,
+                              Direction dir) noexcept {
+  StreamArgs<T> k;
+  if (kil.heads != 0) k = make_stream(k_in, kil, k_out, kol);
+  return call_args(r.head_dim(), r.rotary_dim(), r.pairing(), make_stream(q_in, qil, q_out, qol), k, qil.tokens, dir);
+}
+
 template <class R, class T>
 void strided_qk(bool checked, const R& r, const T* q_in, const StridedLayout& qil, T* q_out,
                 const StridedLayout& qol, const T* k_in, const StridedLayout& kil, T* k_out,
                 const StridedLayout& kol, const rotator_positions_t<R>& p, Direction dir,
                 const ParallelFor& parallel) {
-  require(checked, [&] { return check_qk_layouts(qil, qol, kil, kol); });
-  StreamArgs<T> k;
-  if (kil.heads > 0) k = make_stream(k_in, kil, k_out, kol);
-  rotate(checked, r, make_stream(q_in, qil, q_out, qol), k, qil.tokens, p, dir, parallel);
+  require(checked, [&] { return check_strided_qk_layouts(qil, qol, kil, kol); });
+  const KernelArgs<T> a = strided_qk_args(r, q_in, qil, q_out, qol, k_in, kil, k_out, kol, dir);
+  rotator_traits<R>::with_rows(r, p, dir, [&](const auto& src) { drive(checked, src, a, parallel); });
 }
 
 // The kernel arguments of a call on a table Rope, rows included: for tests and benchmarks that
@@ -178,7 +195,7 @@ void apply_strided_unchecked(const R& rope, const detail::identity_t<T>* in, con
   detail::strided<R, T>(false, rope, in, in_layout, out, out_layout, positions, dir, parallel);
 }
 
-// Fused q+k over raw buffers. k_in_layout.heads == 0: no key (k pointers ignored).
+// Fused q+k over raw buffers. k_in_layout.heads == 0: no key (k pointers ignored); negative is refused.
 ROTARY_DETAIL_ROTATOR_TEMPLATE
 void apply_qk_strided(const R& rope, const detail::identity_t<T>* q_in, const StridedLayout& q_in_layout,
                       detail::identity_t<T>* q_out, const StridedLayout& q_out_layout,

@@ -23,6 +23,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <new>
+#include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -120,6 +123,9 @@ class CuSeqlens {
   std::int64_t count() const noexcept { return count_; }
   // Whether the pointer is null; checked entry points reject that for count() > 0.
   bool is_null() const noexcept { return wide_ ? p64_ == nullptr : p32_ == nullptr; }
+  // The caller's values (int32 or int64, element_size() bytes each), for overlap checks.
+  const void* data() const noexcept { return wide_ ? static_cast<const void*>(p64_) : static_cast<const void*>(p32_); }
+  std::size_t element_size() const noexcept { return wide_ ? sizeof(std::int64_t) : sizeof(std::int32_t); }
   // Unchecked (ROTARY_ASSERT in debug builds): i in [0, count()) of a non-null array.
   std::int64_t operator[](std::int64_t i) const noexcept {
     ROTARY_ASSERT(i >= 0 && i < count_ && !is_null());
@@ -193,40 +199,32 @@ class SequencePositions {
 
   // "" or what is wrong for sequences of these local lengths.
   std::string check(const std::vector<std::int64_t>& lengths, std::int64_t total) const {
+    if (kind_ == Kind::per_token) return check_token_array(total);
+    const auto n = static_cast<std::int64_t>(lengths.size());
+    if (std::string m = check_rule(n); !m.empty()) return m;
+    if (kind_ == Kind::context_parallel && split_ == ContextSplit::load_balanced)
+      for (std::int64_t b = 0; b < n; ++b)
+        if (std::string m = check_even(b, lengths[static_cast<std::size_t>(b)]); !m.empty()) return m;
+    for (std::int64_t b = 0; b < n; ++b)
+      if (std::string m = check_last(b, lengths[static_cast<std::size_t>(b)]); !m.empty()) return m;
+    return {};
+  }
+  // The same for a dense batch: `sequences` sequences of `seq` local tokens each, without a vector of
+  // lengths (O(1), or O(sequences) for one start per sequence).
+  std::string check(std::int64_t sequences, std::int64_t seq) const {
     using detail::concat;
-    constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
-    if (kind_ == Kind::per_token) {
-      if (tokens_.is_contiguous()) {
-        if (total > 0 && tokens_.start() > kMax - (total - 1))
-          return concat("per-token positions start (", tokens_.start(), ") + ", total, " tokens overflows int64");
-        return {};
-      }
-      return detail::check_position_array(tokens_, total, "per-token positions");
-    }
-    if (starts_.size() != 1 && starts_.size() != lengths.size())
-      return concat("sequence start offsets has ", starts_.size(), " values for ", lengths.size(),
-                    " sequences (give 1 or one per sequence)");
-    if (kind_ == Kind::context_parallel) {
-      if (ranks_ < 1) return concat("context-parallel ranks (", ranks_, ") must be >= 1");
-      if (rank_ < 0 || rank_ >= ranks_)
-        return concat("context-parallel rank (", rank_, ") must be in [0, ", ranks_, ")");
-      if (split_ == ContextSplit::load_balanced)
-        for (std::size_t b = 0; b < lengths.size(); ++b)
-          if (lengths[b] % 2 != 0)
-            return concat("load-balanced context parallelism: sequence ", b, " has ", lengths[b],
-                          " local tokens, which must be even (two chunks per rank)");
-    }
-    // Every sequence's last position, s_b + span - 1 (span: its local length, times the ranks under
-    // context parallelism), must fit in int64; negative positions are rejected per token later.
-    for (std::size_t b = 0; b < lengths.size(); ++b) {
-      if (lengths[b] <= 0) continue;
-      const std::int64_t s = starts_.size() == 1 ? starts_[0] : starts_[b];
-      const std::int64_t ranks = kind_ == Kind::context_parallel ? ranks_ : 1;
-      if (ranks > kMax / lengths[b] || (s > 0 && ranks * lengths[b] - 1 > kMax - s))
-        return ranks == 1 ? concat("sequence ", b, ": start (", s, ") + ", lengths[b], " tokens overflows int64")
-                          : concat("sequence ", b, ": start (", s, ") + ", ranks, " ranks x ", lengths[b],
-                                   " local tokens overflows int64");
-    }
+    if (sequences < 0 || seq < 0) return concat("sequences (", sequences, ") and seq (", seq, ") must be >= 0");
+    if (seq > 0 && sequences > std::numeric_limits<std::int64_t>::max() / seq)
+      return concat(sequences, " sequences x ", seq, " tokens overflows int64");
+    if (kind_ == Kind::per_token) return check_token_array(sequences * seq);
+    if (std::string m = check_rule(sequences); !m.empty()) return m;
+    if (sequences == 0 || seq == 0) return {};
+    if (kind_ == Kind::context_parallel && split_ == ContextSplit::load_balanced)
+      if (std::string m = check_even(0, seq); !m.empty()) return m;
+    // One start for every sequence: the first sequence's last position is every sequence's.
+    const std::int64_t n = starts_.size() == 1 ? 1 : sequences;
+    for (std::int64_t b = 0; b < n; ++b)
+      if (std::string m = check_last(b, seq); !m.empty()) return m;
     return {};
   }
 
@@ -242,6 +240,47 @@ class SequencePositions {
 
  private:
   SequencePositions() = default;
+  std::string check_token_array(std::int64_t total) const {
+    constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+    if (tokens_.is_contiguous()) {
+      if (total > 0 && tokens_.start() > kMax - (total - 1))
+        return detail::concat("per-token positions start (", tokens_.start(), ") + ", total,
+                              " tokens overflows int64");
+      return {};
+    }
+    return detail::check_position_array(tokens_, total, "per-token positions");
+  }
+  // The start offsets and context-parallel split fit n sequences.
+  std::string check_rule(std::int64_t n) const {
+    using detail::concat;
+    if (starts_.size() != 1 && static_cast<std::int64_t>(starts_.size()) != n)
+      return concat("sequence start offsets has ", starts_.size(), " values for ", n,
+                    " sequences (give 1 or one per sequence)");
+    if (kind_ == Kind::context_parallel) {
+      if (ranks_ < 1) return concat("context-parallel ranks (", ranks_, ") must be >= 1");
+      if (rank_ < 0 || rank_ >= ranks_) return concat("context-parallel rank (", rank_, ") must be in [0, ", ranks_, ")");
+    }
+    return {};
+  }
+  std::string check_even(std::int64_t b, std::int64_t length) const {
+    if (length % 2 == 0) return {};
+    return detail::concat("load-balanced context parallelism: sequence ", b, " has ", length,
+                          " local tokens, which must be even (two chunks per rank)");
+  }
+  // Sequence b's last position, s_b + span - 1 (span: its local length, times the ranks under context
+  // parallelism), must fit in int64; negative positions are rejected per token later.
+  std::string check_last(std::int64_t b, std::int64_t length) const {
+    constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+    if (length <= 0) return {};
+    const std::int64_t s = starts_.size() == 1 ? starts_[0] : starts_[static_cast<std::size_t>(b)];
+    const std::int64_t ranks = kind_ == Kind::context_parallel ? ranks_ : 1;
+    if (ranks > kMax / length || (s > 0 && ranks * length - 1 > kMax - s))
+      return ranks == 1 ? detail::concat("sequence ", b, ": start (", s, ") + ", length, " tokens overflows int64")
+                        : detail::concat("sequence ", b, ": start (", s, ") + ", ranks, " ranks x ", length,
+                                         " local tokens overflows int64");
+    return {};
+  }
+
   Kind kind_ = Kind::starts;
   std::vector<std::int64_t> starts_{0};
   Positions tokens_ = Positions::contiguous(0);
@@ -250,14 +289,38 @@ class SequencePositions {
   std::int64_t ranks_ = 1;
 };
 
+namespace detail {
+
+// make() allocates memory for n values of `what`: a claim of more than any allocation can hold (a
+// view's shape that spans no real buffer) is refused as rotary::error, before anything is written.
+template <class Make>
+auto allocate_or_refuse(const char* what, std::int64_t n, const Make& make) -> decltype(make()) {
+  try {
+    return make();
+  } catch (const std::length_error&) {
+  } catch (const std::bad_alloc&) {
+  }
+  throw error(concat("the call's ", what, " (", n, " values) do not fit in memory"));
+}
+
+}  // namespace detail
+
 // The positions of every token (memory order: sequence after sequence) for sequences of these
 // local lengths. Throws rotary::error if `p` does not fit the lengths.
 inline std::vector<std::int64_t> token_positions(const SequencePositions& p, const std::vector<std::int64_t>& lengths) {
   std::int64_t total = 0;
-  for (std::int64_t l : lengths) total += l;
+  for (std::size_t b = 0; b < lengths.size(); ++b) {
+    const std::int64_t l = lengths[b];
+    if (l < 0) throw error(detail::concat("sequence ", b, " has ", l, " tokens; lengths must be >= 0"));
+    if (l > std::numeric_limits<std::int64_t>::max() - total)
+      throw error(detail::concat("sequence lengths overflow int64 at sequence ", b, " (", total, " + ", l, ")"));
+    total += l;
+  }
   const std::string m = p.check(lengths, total);
   if (!m.empty()) throw error(m);
-  std::vector<std::int64_t> out(static_cast<std::size_t>(total));
+  std::vector<std::int64_t> out = detail::allocate_or_refuse("positions", total, [total] {
+    return std::vector<std::int64_t>(static_cast<std::size_t>(total));
+  });
   std::int64_t i = 0;
   for (std::size_t b = 0; b < lengths.size(); ++b)
     for (std::int64_t t = 0; t < lengths[b]; ++t, ++i) out[static_cast<std::size_t>(i)] = p(b, t, lengths[b], i);
@@ -419,6 +482,55 @@ std::string check_batch_positions(const P& p, const std::vector<std::int64_t>& /
                   " tokens of the batch (one per token, in memory order)");
   return {};
 }
+// A dense batch: `batch` sequences of `seq` tokens (batch x seq already known to fit in int64).
+inline std::string check_batch_positions(const SequencePositions& p, std::int64_t batch, std::int64_t seq) {
+  return p.check(batch, seq);
+}
+template <class P>
+std::string check_batch_positions(const P& p, std::int64_t batch, std::int64_t seq) {
+  return check_batch_positions(p, std::vector<std::int64_t>{}, batch * seq);
+}
+
+// What a batched call reads from the caller besides its inputs and what its rotator's source
+// reports: a per-token positions array, cu_seqlens, the start offsets. No output may overlap them.
+inline Extent bytes_extent(const void* p, std::int64_t count, std::size_t element_size) noexcept {
+  if (p == nullptr || count <= 0) return {};
+  const auto lo = reinterpret_cast<std::uintptr_t>(p);
+  return {lo, lo + static_cast<std::uintptr_t>(count) * element_size};
+}
+inline ReadExtents sequence_reads(const SequencePositions& p, std::int64_t total, const CuSeqlens* cu) noexcept {
+  ReadExtents r{};
+  if (p.kind() == SequencePositions::Kind::per_token)
+    r[0] = ReadExtent{"per-token positions", positions_extent(p.token_array(), total)};
+  else
+    r[0] = ReadExtent{"sequence start offsets", bytes_extent(p.start_offsets().data(),
+                                                             static_cast<std::int64_t>(p.start_offsets().size()),
+                                                             sizeof(std::int64_t))};
+  if (cu != nullptr) r[1] = ReadExtent{"cu_seqlens", bytes_extent(cu->data(), cu->count(), cu->element_size())};
+  return r;
+}
+// Rotators with positions of their own type: the source's reads() covers them (each dispatch's slice).
+template <class P>
+ReadExtents sequence_reads(const P& /*p*/, std::int64_t /*total*/, const CuSeqlens* cu) noexcept {
+  ReadExtents r{};
+  if (cu != nullptr) r[0] = ReadExtent{"cu_seqlens", bytes_extent(cu->data(), cu->count(), cu->element_size())};
+  return r;
+}
+
+// "" or which output of a batched call (q's, k's: each batch view whole, every sequence) shares
+// memory with which read; checked before any sequence is written.
+template <class T>
+std::string check_batch_reads_apart(const BatchView<T>& q_out, const Name& q_name, const BatchView<T>* k_out,
+                                    const Name& k_name, const ReadExtents& reads) {
+  for (const ReadExtent& r : reads) {
+    if (r.name == nullptr) continue;
+    if (overlap(batch_extent(q_out.data, q_out.shape, q_out.strides), r.x))
+      return concat(q_name, " and ", r.name, " share memory (", r.name, " is read while ", q_name, " is written)");
+    if (k_out != nullptr && overlap(batch_extent(k_out->data, k_out->shape, k_out->strides), r.x))
+      return concat(k_name, " and ", r.name, " share memory (", r.name, " is read while ", k_name, " is written)");
+  }
+  return {};
+}
 
 // The Positions of each dispatch: contiguous where possible, else expanded to int64 per token.
 class SequencePlan {
@@ -537,12 +649,12 @@ void batch_qk(bool checked, const R& r, const BatchView<const T>& q_in, const Ba
               const BatchView<const T>& k_in, const BatchView<T>& k_out, const batch_positions_t<R>& pos,
               Direction dir, const ParallelFor& parallel) {
   using P = rotator_positions_t<R>;
-  const bool has_k = k_in.shape.heads > 0;
+  const bool has_k = k_in.shape.heads != 0;  // 0: no key; negative heads are refused below
   // Views are named after the arguments: x (one tensor in place), input and output, or q and k.
   const ViewNames qn = view_names(has_k ? "q" : "", same_view(q_in, q_out), "x");
   const ViewNames kn = view_names("k", same_view(k_in, k_out), "x");
-  const std::vector<std::int64_t> lengths(static_cast<std::size_t>(std::max<std::int64_t>(q_in.shape.batch, 0)),
-                                          q_in.shape.seq);
+  // Every shape first (no arithmetic on a count before it is known to be sane), then the positions,
+  // then every output of the call apart from what the call reads.
   require(checked, [&] {
     std::string m = check_batch_view(qn.in, q_in, r.head_dim());
     if (m.empty()) m = check_batch_view(qn.out, q_out, r.head_dim());
@@ -555,18 +667,38 @@ void batch_qk(bool checked, const R& r, const BatchView<const T>& q_in, const Ba
         m = concat("q is ", q_in.shape.batch, " x ", q_in.shape.seq, " but k is ", k_in.shape.batch, " x ",
                    k_in.shape.seq, " (batch x seq)");
     }
-    if (m.empty()) m = check_batch_positions(pos, lengths, q_in.shape.batch * q_in.shape.seq);
+    if (!m.empty()) return m;
+    const BatchShape& s = q_in.shape;
+    if (s.seq > 0 && s.batch > std::numeric_limits<std::int64_t>::max() / s.seq)
+      return concat(qn.in, " batch (", s.batch, ") x seq (", s.seq, ") overflows int64");
+    if (s.batch > 0 && s.seq > 0 && s.heads < 1)
+      return concat(qn.in, " heads (", s.heads, ") must be >= 1 (the batch has ", s.batch * s.seq, " tokens)");
+    m = check_batch_positions(pos, s.batch, s.seq);
+    if (m.empty())
+      m = check_batch_reads_apart(q_out, qn.out, has_k ? &k_out : nullptr, kn.out,
+                                  sequence_reads(pos, s.batch * s.seq, nullptr));
     return m;
   });
-  if (q_in.shape.batch == 0 || q_in.shape.seq == 0) return;
+  if (q_in.shape.batch <= 0 || q_in.shape.seq <= 0) return;  // (<= 0: unchecked calls, release builds)
 
   const BatchShape& s = q_in.shape;
   std::ptrdiff_t qi = 0, qo = 0, ki = 0, ko = 0;
   bool fold = foldable(s, q_in.strides, qi) && foldable(s, q_out.strides, qo);
   if (has_k) fold = fold && foldable(s, k_in.strides, ki) && foldable(s, k_out.strides, ko);
-  const auto plan = plan_positions(pos, lengths, fold);
-
+  // The batch has tokens and its views fit in memory, so it has at most one sequence per token; the
+  // allocations below still refuse a shape no real buffer has (a view claiming 2^61 sequences).
+  std::vector<std::int64_t> lengths;
+  std::optional<decltype(plan_positions(pos, lengths, fold))> plan;
   std::vector<Piece<T, P>> pieces;
+  std::vector<KernelArgs<T>> calls;
+  allocate_or_refuse("sequences", s.batch, [&] {
+    lengths.assign(static_cast<std::size_t>(s.batch), s.seq);
+    plan.emplace(plan_positions(pos, lengths, fold));
+    pieces.reserve(fold ? 1 : static_cast<std::size_t>(s.batch));
+    calls.reserve(pieces.capacity());
+    return 0;
+  });
+
   const auto piece = [&](std::int64_t b, std::int64_t tokens, P p) {
     Piece<T, P> x{q_in.data + b * q_in.strides.batch, q_out.data + b * q_out.strides.batch, nullptr, nullptr,
                   tokens, 0, 0, 0, 0, p};
@@ -577,7 +709,7 @@ void batch_qk(bool checked, const R& r, const BatchView<const T>& q_in, const Ba
     return x;
   };
   if (fold) {
-    Piece<T, P> x = piece(0, s.batch * s.seq, plan.whole(s.seq));
+    Piece<T, P> x = piece(0, s.batch * s.seq, plan->whole(s.seq));
     x.q_in_ts = qi;
     x.q_out_ts = qo;
     x.k_in_ts = ki;
@@ -585,7 +717,7 @@ void batch_qk(bool checked, const R& r, const BatchView<const T>& q_in, const Ba
     pieces.push_back(x);
   } else {
     for (std::int64_t b = 0; b < s.batch; ++b) {
-      Piece<T, P> x = piece(b, s.seq, plan.piece(b, s.seq));
+      Piece<T, P> x = piece(b, s.seq, plan->piece(b, s.seq));
       x.q_in_ts = q_in.strides.seq;
       x.q_out_ts = q_out.strides.seq;
       x.k_in_ts = k_in.strides.seq;
@@ -613,8 +745,6 @@ void batch_qk(bool checked, const R& r, const BatchView<const T>& q_in, const Ba
     });
   }
 
-  std::vector<KernelArgs<T>> calls;
-  calls.reserve(pieces.size());
   bool table = true;  // every piece reads a table: its rows can be set now
   for (const Piece<T, P>& x : pieces) {
     StreamArgs<T> q = make_stream(x.q_in, StridedLayout{x.tokens, s.heads, x.q_in_ts, q_in.strides.head}, x.q_out,
@@ -629,6 +759,10 @@ void batch_qk(bool checked, const R& r, const BatchView<const T>& q_in, const Ba
         std::string e = check_call(a);
         if (e.empty()) e = src.check(a.tokens, has_k);
         if (!e.empty() && pieces.size() > 1) e = concat("sequence ", &x - pieces.data(), ": ", e);
+        // What this dispatch's source reads (a caller's table, positions) against every output of the
+        // call: a later sequence's rows may be written before another dispatch reads them.
+        if (e.empty())
+          e = check_batch_reads_apart(q_out, qn.out, has_k ? &k_out : nullptr, kn.out, reads_of(src, a.tokens));
         return e;
       });
       if constexpr (std::decay_t<decltype(src)>::kTable) {
@@ -656,13 +790,21 @@ void varlen_qk(bool checked, const R& r, const T* q_in, const StridedLayout& qil
                const T* k_in, const StridedLayout& kil, T* k_out, const StridedLayout& kol, const CuSeqlens& cu,
                const batch_positions_t<R>& pos, Direction dir, const ParallelFor& parallel) {
   std::vector<std::int64_t> lengths;
+  // The shapes first (before anything is sized by the token count), then cu_seqlens and the
+  // positions, then the outputs apart from what the call reads besides the source's rows (the driver
+  // checks those: the per-token array it is handed, a caller's table).
   require(checked, [&] {
-    std::string m = check_cu_seqlens(cu, qil.tokens, lengths);
+    std::string m = check_strided_qk_layouts(qil, qol, kil, kol);
+    if (m.empty()) m = check_call(strided_qk_args(r, q_in, qil, q_out, qol, k_in, kil, k_out, kol, dir));
+    if (m.empty()) m = check_cu_seqlens(cu, qil.tokens, lengths);
     if (m.empty()) m = check_batch_positions(pos, lengths, qil.tokens);
+    if (m.empty())
+      m = check_reads_apart(strided_qk_args(r, q_in, qil, q_out, qol, k_in, kil, k_out, kol, dir),
+                            sequence_reads(pos, qil.tokens, &cu), "x");
     return m;
   });
   if (!checked) check_cu_seqlens(cu, qil.tokens, lengths);  // the lengths, unvalidated in release builds
-  const auto plan = plan_positions(pos, lengths, true);
+  const auto plan = allocate_or_refuse("positions", qil.tokens, [&] { return plan_positions(pos, lengths, true); });
   strided_qk<R, T>(checked, r, q_in, qil, q_out, qol, k_in, kil, k_out, kol,
                    plan.whole(lengths.empty() ? 0 : lengths.front()), dir, parallel);
 }

@@ -71,6 +71,27 @@ TEST(FusedErrors, OverlapAndShapes) {
   }
 }
 
+// Only k_heads 0 means "no key": a negative count left k unrotated. And a head count is checked
+// before the token stride (heads x outer stride) is computed from it: 2^62 heads over 0 rows overflowed.
+TEST(FusedErrors, NegativeKeyHeadsAndHeadCountOverflow) {
+  const rotary::Rope<float> rope(rotary::RotarySpec(8), 16);
+  std::vector<float> q(4 * 8, 1.0f);
+  std::vector<float> k(4 * 8, 1.0f);
+  const std::vector<float> q0 = q;
+  const std::vector<float> k0 = k;
+  const rotary::StridedLayout ql{4, 1, 8, 8};
+  const rotary::StridedLayout kl{4, -1, 8, 8};
+  rotary_test::expect_error(
+      [&] { rotary::apply_qk_strided(rope, q.data(), ql, q.data(), ql, k.data(), kl, k.data(), kl, Positions::contiguous(1)); },
+      {"k heads (-1) must be >= 0"});
+  EXPECT_EQ(q, q0);
+  EXPECT_EQ(k, k0);
+  rotary::RowMatrix<float> none(0, 8);
+  rotary_test::expect_error([&] { rotary::apply(rope, none, Positions::contiguous(0), std::int64_t{1} << 62); },
+                            {"heads (4611686018427387904) x outer stride (8) overflows"});
+  EXPECT_NO_THROW(rotary::apply(rope, none, Positions::contiguous(0), 3));
+}
+
 // q and k as slices of one fused QKV buffer [tokens, q_heads + 2 kv_heads, head_dim]: their
 // bounding extents overlap but no row is shared, so one fused call must accept them, in place and
 // out of place, and give the bits of separate calls; v stays untouched. Views sharing a row throw.

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include <rotary/layouts.hpp>
+#include <rotary/table.hpp>
 #include <rotary/tensor_map.hpp>
 
 #include "support.hpp"
@@ -531,6 +532,144 @@ TEST(LayoutsErrors, NameTheArgumentAndValue) {
                {"(batch x seq)"});
   expect_error([&] { rotary::apply_batch(rope, Layout::bshd, y.data(), BatchShape{-1, 3, 2, 8}, SequencePositions::restart()); },
                {"batch -1"});
+}
+
+// A batched call reads more than its inputs: a per-token positions array, cu_seqlens, a caller's
+// cos/sin table. When the batch folds into one run the caller's array reaches the kernels as it is,
+// so an output over it was overwritten before it was read (wrong rows, out-of-cache reads); the whole
+// call is now checked, every output against every read, before any sequence is written.
+TEST(LayoutsErrors, OutputsApartFromWhatTheCallReads) {
+  constexpr std::int64_t kD = 8;
+  const rotary::Rope<float> rope(rotary::RotarySpec(kD), 256);
+  const BatchShape sh{2, 40, 1, kD};
+  std::vector<float> x(2 * 40 * kD);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = 0.3f + 0.001f * static_cast<float>(i % 97);
+  // int32 positions (one per token) stored inside x's rows from token 10 on.
+  const auto put_positions = [](float* at, std::int64_t n) {
+    auto* p = reinterpret_cast<std::int32_t*>(at);
+    for (std::int64_t i = 0; i < n; ++i) {
+      const auto v = static_cast<std::int32_t>((i * 13) % 200);
+      std::memcpy(p + i, &v, sizeof v);
+    }
+    return Positions(p, n);
+  };
+  const Positions inside = put_positions(x.data() + 10 * kD, 80);
+  const std::vector<float> x0 = x;
+
+  // bshd folds into one run: the array went to the kernels as it is
+  expect_error([&] { rotary::apply_batch(rope, Layout::bshd, x.data(), sh, SequencePositions::per_token(inside)); },
+               {"x and per-token positions share memory", "is read while x is written"});
+  EXPECT_EQ(x, x0) << "a refused call must write nothing";
+  // bhsd with heads > 1 does not fold: still refused (the rule does not depend on the traversal)
+  const Positions first40(reinterpret_cast<const std::int32_t*>(x.data() + 10 * kD), 40);
+  expect_error([&] { rotary::apply_batch(rope, Layout::bhsd, x.data(), BatchShape{2, 20, 2, kD},
+                                         SequencePositions::per_token(first40)); },
+               {"x and per-token positions share memory"});
+  EXPECT_EQ(x, x0);
+  // out of place: the output over the positions
+  std::vector<float> out(x.size(), 0.0f);
+  const Positions in_out = put_positions(out.data() + 10 * kD, 80);
+  const std::vector<float> out0 = out;
+  expect_error([&] { rotary::apply_batch(rope, BatchView<const float>(x.data(), Layout::bshd, sh),
+                                         BatchView<float>(out.data(), Layout::bshd, sh),
+                                         SequencePositions::per_token(in_out)); },
+               {"output and per-token positions share memory"});
+  EXPECT_EQ(out, out0);
+  // fused: k's output over the positions (q elsewhere)
+  std::vector<float> q(x.size(), 0.5f);
+  const std::vector<float> q0 = q;
+  expect_error([&] { rotary::apply_qk_batch(rope, Layout::bshd, q.data(), sh, x.data(), 1,
+                                            SequencePositions::per_token(inside)); },
+               {"k and per-token positions share memory"});
+  EXPECT_EQ(q, q0);
+  EXPECT_EQ(x, x0);
+
+  // a caller's table inside the rotated rows
+  const rotary::TableRope<float> table(kD, kD, Pairing::half_split,
+                                       rotary::CosSinTableView<float>::concatenated(x.data(), 16, kD));
+  expect_error([&] { rotary::apply_batch(table, Layout::bshd, x.data(), BatchShape{2, 8, 1, kD},
+                                         SequencePositions::start(0)); },
+               {"x and the cos table share memory"});
+  EXPECT_EQ(x, x0);
+
+  // varlen: cu_seqlens and per-token positions inside the output
+  const StridedLayout l{80, 1, kD, kD};
+  auto* cu = reinterpret_cast<std::int32_t*>(x.data() + 70 * kD);
+  const std::int32_t bounds[3] = {0, 40, 80};
+  std::memcpy(cu, bounds, sizeof bounds);
+  const std::vector<float> x1 = x;
+  expect_error([&] { rotary::apply_varlen(rope, x.data(), l, rotary::CuSeqlens(cu, 3), SequencePositions::restart()); },
+               {"output of x and cu_seqlens share memory"});
+  expect_error([&] { rotary::apply_varlen(rope, x.data(), l, rotary::CuSeqlens(cu, 3), SequencePositions::starts({0, 5})); },
+               {"cu_seqlens share memory"});
+  expect_error([&] { rotary::apply_varlen(rope, x.data(), l, std::vector<std::int32_t>{0, 40, 80},
+                                          SequencePositions::per_token(inside)); },
+               {"per-token positions share memory"});
+  EXPECT_EQ(x, x1);
+
+  // positions held apart from the outputs (here: inside the read-only input) still pass
+  std::vector<float> in2 = x0;
+  const Positions in_input = put_positions(in2.data() + 10 * kD, 80);
+  std::vector<float> out2(x.size());
+  EXPECT_NO_THROW(rotary::apply_batch(rope, BatchView<const float>(in2.data(), Layout::bshd, sh),
+                                      BatchView<float>(out2.data(), Layout::bshd, sh),
+                                      SequencePositions::per_token(in_input)));
+}
+
+// Only 0 key heads means "no key": a negative count was taken as none and k came back unrotated.
+TEST(LayoutsErrors, NegativeKeyHeadsAreRefused) {
+  const rotary::Rope<float> rope(rotary::RotarySpec(8), 16);
+  std::vector<float> q(4 * 8, 1.0f);
+  std::vector<float> k(8 * 8, 1.0f);
+  const std::vector<float> q0 = q;
+  const std::vector<float> k0 = k;
+  expect_error([&] { rotary::apply_qk_batch(rope, Layout::bshd, q.data(), BatchShape{1, 4, 1, 8}, k.data(), -2,
+                                            SequencePositions::start(1)); },
+               {"k ", "heads -2", "must be >= 0"});
+  expect_error([&] { rotary::apply_qk_batch(rope, BatchView<float>(q.data(), Layout::bshd, BatchShape{1, 4, 1, 8}),
+                                            BatchView<float>(k.data(), Layout::bshd, BatchShape{1, 4, -1, 8}),
+                                            SequencePositions::start(1)); },
+               {"k ", "heads -1", "must be >= 0"});
+  expect_error([&] { rotary::apply_qk_varlen(rope, q.data(), StridedLayout{4, 1, 8, 8}, k.data(), StridedLayout{4, -1, 8, 8},
+                                             std::vector<std::int32_t>{0, 4}, SequencePositions::start(1)); },
+               {"k heads (-1) must be >= 0"});
+  EXPECT_EQ(q, q0);
+  EXPECT_EQ(k, k0);
+}
+
+// Shapes are checked before anything is computed or allocated from them: batch x seq overflowed
+// int64 with 0 heads (undefined behaviour), a vector of 2^61 sequence lengths threw std::length_error,
+// and 2^50 packed tokens with 0 heads had their positions expanded before the heads were checked.
+TEST(LayoutsErrors, AbsurdShapesRefusedBeforeArithmetic) {
+  const rotary::Rope<float> rope(rotary::RotarySpec(8), 16);
+  std::vector<float> x(8, 0.5f);
+  const std::vector<float> x0 = x;
+  expect_error([&] { rotary::apply_batch(rope, Layout::bshd, x.data(), BatchShape{2, std::int64_t{1} << 62, 0, 8},
+                                         SequencePositions::start(0)); },
+               {"batch (2) x seq (4611686018427387904) overflows int64"});
+  expect_error([&] { rotary::apply_batch(rope, Layout::bshd, x.data(), BatchShape{std::int64_t{1} << 61, 1, 0, 8},
+                                         SequencePositions::start(0)); },
+               {"heads (0) must be >= 1"});
+  // no tokens: nothing to do, however many (empty) sequences
+  EXPECT_NO_THROW(rotary::apply_batch(rope, Layout::bshd, x.data(), BatchShape{std::int64_t{1} << 62, 0, 1, 8},
+                                      SequencePositions::start(0)));
+  EXPECT_NO_THROW(rotary::apply_batch(rope, Layout::bshd, x.data(), BatchShape{std::int64_t{1} << 62, 0, 1, 8},
+                                      SequencePositions::context_parallel(ContextSplit::load_balanced, 1, 2)));
+  expect_error([&] { rotary::apply_batch(rope, Layout::bshd, x.data(), BatchShape{std::int64_t{1} << 62, 0, 1, 8},
+                                         SequencePositions::starts({0, 1})); },
+               {"start offsets has 2 values for 4611686018427387904 sequences"});
+  // a view that spans under PTRDIFF_MAX bytes but claims 2^61 - 1 sequences (no real buffer)
+  const rotary::Rope<rotary::f16> small(rotary::RotarySpec(2), 16);
+  std::vector<rotary::f16> h(2);
+  expect_error([&] { rotary::apply_batch(small, Layout::bshd, h.data(), BatchShape{(std::int64_t{1} << 61) - 1, 1, 1, 2},
+                                         SequencePositions::per_token(Positions::contiguous(0))); },
+               {"do not fit in memory"});
+  // packed: the layout is checked before the per-sequence starts are expanded to every token
+  const std::int64_t n = std::int64_t{1} << 50;
+  expect_error([&] { rotary::apply_varlen(rope, x.data(), StridedLayout{n, 0, 0, 0}, std::vector<std::int64_t>{0, n / 2, n},
+                                          SequencePositions::starts({0, 5})); },
+               {"heads (0) must be >= 1"});
+  EXPECT_EQ(x, x0);
 }
 
 }  // namespace

@@ -286,7 +286,7 @@ TEST(Tables, OutputApartFromTableAndPositions) {
   const TableRope<float> inside(D, D, Pairing::half_split, CosSinTableView<float>::separate(x + D, sin, 10, 4));
   const std::vector<float> before = buf;
   rotary_test::expect_error([&] { rotary::apply_strided(inside, x, l, Positions::contiguous(0)); },
-                            {"x's output and the cos table share memory"});
+                            {"output of x and the cos table share memory"});
   EXPECT_EQ(buf, before);
   // a positions array inside the rotated rows (its values valid: the call would otherwise run)
   const std::int64_t pos[T] = {0, 1, 2};
@@ -297,12 +297,12 @@ TEST(Tables, OutputApartFromTableAndPositions) {
       [&] {
         rotary::apply_strided(rope, x, l, Positions(reinterpret_cast<const std::int64_t*>(x + D), T));
       },
-      {"x's output and positions share memory"});
+      {"output of x and positions share memory"});
   rotary_test::expect_error(
       [&] {
         rotary::apply_strided(after, x, l, Positions(reinterpret_cast<const std::int64_t*>(x + D), T));
       },
-      {"x's output and positions share memory"});
+      {"output of x and positions share memory"});
   EXPECT_EQ(buf, before2);
 }
 

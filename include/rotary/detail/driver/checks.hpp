@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <initializer_list>
@@ -311,12 +312,15 @@ Extent out_extent(const StreamArgs<T>& s, std::int64_t tokens, std::int64_t head
 
 // What a row source reads from the caller besides the vectors (a positions array, a caller's cos/sin
 // table): no output of the call may overlap it, or a value would be overwritten before it is read.
-// name == nullptr: unused. A source fills at most the first 3 (the fused calls add their slots).
+// name == nullptr: unused. A source fills at most the first kSourceReads; the fused calls add their
+// slots after them (the last). The most a source names: a multi-axis call over a caller's table reads
+// up to 8 position streams (kMaxAxes, each its own array or not) and the cos and sin tables.
 struct ReadExtent {
   const char* name = nullptr;
   Extent x;
 };
-using ReadExtents = std::array<ReadExtent, 4>;
+inline constexpr std::size_t kSourceReads = 10;
+using ReadExtents = std::array<ReadExtent, kSourceReads + 2>;
 
 // The values of tokens [0, tokens) of a positions array; empty for contiguous positions.
 inline Extent positions_extent(const Positions& p, std::int64_t tokens) noexcept {
@@ -336,7 +340,7 @@ std::string check_reads_apart(const KernelArgs<T>& a, const ReadExtents& reads, 
     if (r.name == nullptr) continue;
     for (const StreamArgs<T>* s : {&a.q, &a.k})
       if (overlap(out_extent(*s, a.tokens, a.head_dim), r.x))
-        return concat(s == &a.k ? "k" : fused ? "q" : x_name, "'s output and ", r.name, " share memory (",
+        return concat("output of ", s == &a.k ? "k" : fused ? "q" : x_name, " and ", r.name, " share memory (",
                       r.name, " is read while the output is written)");
   }
   return {};

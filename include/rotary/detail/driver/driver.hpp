@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -91,6 +92,8 @@ inline std::string eigen_layout(std::int64_t rows, std::int64_t cols, std::int64
   if (heads < 1) return concat(name, ": heads (", heads, ") must be >= 1");
   if (cols != head_dim) return concat(name, " has ", cols, " columns; head_dim is ", head_dim);
   if (rows % heads != 0) return concat(name, " has ", rows, " rows, not a multiple of heads (", heads, ")");
+  if (outer > 0 && heads > std::numeric_limits<std::ptrdiff_t>::max() / outer)
+    return concat(name, ": heads (", heads, ") x outer stride (", outer, ") overflows ptrdiff_t (the token stride)");
   out.tokens = rows / heads;
   out.heads = heads;
   out.head_stride = outer;
