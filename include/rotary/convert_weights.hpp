@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -31,16 +32,25 @@ namespace rotary {
 
 namespace detail {
 
-inline void check_rows(std::int64_t rows, std::int64_t heads, std::int64_t head_dim, std::int64_t rotary_dim,
-                       const char* name) {
+// heads, head_dim and rotary_dim valid; returns the rows they make, heads x head_dim, refused where the
+// product overflows int64 (wrapped, it could even match a matrix's rows: 0 for an empty one).
+inline std::int64_t checked_geometry(std::int64_t heads, std::int64_t head_dim, std::int64_t rotary_dim,
+                                     const char* name) {
   if (heads < 1) throw error(concat(name, ": heads (", heads, ") must be >= 1"));
   if (head_dim < 1) throw error(concat(name, ": head_dim (", head_dim, ") must be >= 1"));
   if (rotary_dim < 2 || rotary_dim % 2 != 0 || rotary_dim > head_dim)
     throw error(concat(name, ": rotary_dim (", rotary_dim, ") must be even, positive and <= head_dim (", head_dim,
                        ")"));
-  if (rows != heads * head_dim)
-    throw error(concat(name, " has ", rows, " rows; heads (", heads, ") x head_dim (", head_dim, ") = ",
-                       heads * head_dim));
+  if (head_dim > std::numeric_limits<std::int64_t>::max() / heads)
+    throw error(concat(name, ": heads (", heads, ") x head_dim (", head_dim, ") overflows int64"));
+  return heads * head_dim;
+}
+
+inline void check_rows(std::int64_t rows, std::int64_t heads, std::int64_t head_dim, std::int64_t rotary_dim,
+                       const char* name) {
+  const std::int64_t expected = checked_geometry(heads, head_dim, rotary_dim, name);
+  if (rows != expected)
+    throw error(concat(name, " has ", rows, " rows; heads (", heads, ") x head_dim (", head_dim, ") = ", expected));
 }
 
 }  // namespace detail
@@ -48,11 +58,13 @@ inline void check_rows(std::int64_t rows, std::int64_t heads, std::int64_t head_
 // Source row of each destination row: dst.row(i) = src.row(map[i]) converts `from` -> `to`.
 inline std::vector<std::int64_t> pairing_row_map(Pairing from, Pairing to, std::int64_t heads, std::int64_t head_dim,
                                                  std::int64_t rotary_dim) {
-  detail::check_rows(heads * head_dim, heads, head_dim, rotary_dim, "pairing_row_map");
-  std::vector<std::int64_t> map(static_cast<std::size_t>(heads * head_dim));
+  const std::int64_t rows = detail::checked_geometry(heads, head_dim, rotary_dim, "pairing_row_map");
+  if (static_cast<std::uint64_t>(rows) > std::vector<std::int64_t>().max_size())
+    throw error(detail::concat("pairing_row_map: ", rows, " rows (heads ", heads, " x head_dim ", head_dim,
+                               ") are more than a vector can hold"));
+  std::vector<std::int64_t> map(static_cast<std::size_t>(rows));
   const std::int64_t h = rotary_dim / 2;
-  for (std::int64_t head = 0; head < heads; ++head) {
-    const std::int64_t o = head * head_dim;
+  for (std::int64_t o = 0; o < rows; o += head_dim) {  // o: the head's first row (rows = heads x head_dim)
     for (std::int64_t k = 0; k < head_dim; ++k) map[static_cast<std::size_t>(o + k)] = o + k;
     if (from == to) continue;
     for (std::int64_t j = 0; j < h; ++j) {

@@ -42,6 +42,7 @@
 
 #include "apply.hpp"
 #include "config.hpp"
+#include "detail/driver/checks.hpp"
 #include "detail/exact_angle.hpp"
 #include "detail/format.hpp"
 #include "frequencies.hpp"
@@ -190,6 +191,15 @@ void accumulate_theta_gradient_strided(const RotarySpec& spec, const T* y, const
                          l->head_stride, ") must be >= 0"));
   if (y_layout.tokens > 0 && y_layout.heads > 0 && (y == nullptr || dy == nullptr))
     throw error("y or dy is null");
+  // Rows are only read, so they may overlap (dy broadcast over tokens with token stride 0), but every
+  // row must lie within one buffer: past PTRDIFF_MAX bytes the offsets overflow (as apply_strided's
+  // check_view refuses).
+  for (const StridedLayout* l : {&y_layout, &dy_layout})
+    if (l->tokens > 0 && l->heads > 0 &&
+        !detail::span_fits({{l->tokens, l->token_stride}, {l->heads, l->head_stride}}, spec.head_dim, sizeof(T)))
+      throw error(concat(l == &y_layout ? "y" : "dy", " spans more than PTRDIFF_MAX bytes (", l->tokens,
+                         " tokens x token stride ", l->token_stride, ", ", l->heads, " heads x head stride ",
+                         l->head_stride, ", head_dim ", spec.head_dim, "): no buffer is that large"));
   detail::check_grad_positions(positions, y_layout.tokens);
   detail::theta_gradient_core(
       pairs, spec.pairing, y_layout.tokens, y_layout.heads, positions, dir,

@@ -46,7 +46,8 @@
 // apply_varlen with per-token AxisPositions in the batch's memory order).
 // Checked: everything apply() checks (shapes, strides, overlapping rows, partial in/out overlap, q/k
 // overlap) plus: positions' stream count = the map's, tokens per stream = the tensor's tokens, every
-// position of every axis the map uses >= 0 and held by the cache (O(streams x tokens)). Unchecked:
+// position of every axis the map uses >= 0 and held by the cache (O(streams x tokens)), and no output
+// sharing memory with a position stream the map uses (or a TableMultiAxisRope's cos/sin table). Unchecked:
 // the same checks via ROTARY_ASSERT in debug builds only; bad input is undefined behaviour.
 // Constructors and helpers (AxisMap, the *_axis_map functions, axis_frequencies, AxisPositions,
 // grid_positions, MropePositionBuilder, MultiAxisRope) always validate and throw rotary::error.
@@ -316,6 +317,7 @@ class AxisPositions {
                   "positions are int32 or int64");
     detail::check_streams("position streams", streams);
     check_strides(tokens, stream_stride, token_stride);
+    check_span(streams, stream_stride, tokens, token_stride, sizeof(I));
     AxisPositions p;
     p.streams_ = streams;
     p.tokens_ = tokens;
@@ -335,6 +337,7 @@ class AxisPositions {
                   "positions are int32 or int64");
     detail::check_streams("position streams", static_cast<std::int64_t>(streams.size()));
     check_strides(tokens, 0, 1);
+    check_span(1, 0, tokens, 1, sizeof(I));
     AxisPositions p;
     p.streams_ = static_cast<int>(streams.size());
     p.tokens_ = tokens;
@@ -349,6 +352,13 @@ class AxisPositions {
   int streams() const noexcept { return streams_; }
   std::int64_t tokens() const noexcept { return tokens_; }
   bool is_null(int axis) const noexcept { return p_[static_cast<std::size_t>(axis)] == nullptr; }
+  // Where stream `axis` starts (p(axis, 0)), the elements between its tokens, and the bytes of one
+  // value: where the checked calls find the arrays, which no output may overlap.
+  const void* data(int axis) const noexcept { return p_[static_cast<std::size_t>(axis)]; }
+  std::ptrdiff_t token_stride() const noexcept { return token_stride_; }
+  std::size_t element_size() const noexcept {
+    return kind_ == Kind::int32 ? sizeof(std::int32_t) : sizeof(std::int64_t);
+  }
 
   // Tokens [first, first + count) of every stream (unchecked: within tokens()).
   AxisPositions slice(std::int64_t first, std::int64_t count) const noexcept {
@@ -388,6 +398,14 @@ class AxisPositions {
     if (stream_stride < 0 || token_stride < 0)
       throw error(
           concat("position strides (stream ", stream_stride, ", token ", token_stride, ") must be >= 0"));
+  }
+  // No array spans more than PTRDIFF_MAX bytes: past that, p(a, t)'s offsets would overflow.
+  static void check_span(int streams, std::ptrdiff_t stream_stride, std::int64_t tokens,
+                         std::ptrdiff_t token_stride, std::size_t element_size) {
+    if (tokens > 0 && !detail::span_fits({{streams, stream_stride}, {tokens, token_stride}}, 1, element_size))
+      throw error(detail::concat("positions span more than PTRDIFF_MAX bytes (", streams,
+                                 " streams x stream stride ", stream_stride, ", ", tokens, " tokens x token stride ",
+                                 token_stride, "): no array is that large"));
   }
   template <class I>
   void set(int a, const I* p) noexcept {
@@ -667,6 +685,30 @@ std::string check_axis_positions(const MultiAxisRope<T>& r, const AxisPositions&
   });
 }
 
+// The caller's position arrays a call over `tokens` tokens reads, into out[0, n), n returned: one
+// extent per stream the map uses (streams of one planar or token-major array each cover their part of
+// it; separate arrays stay apart, so memory between them is never claimed), named by stream.
+static_assert(static_cast<std::size_t>(kMaxAxes) + 2 <= kSourceReads,
+              "ReadExtents holds every position stream and a caller's cos and sin tables");
+inline std::size_t axis_positions_reads(const AxisMap& map, const AxisPositions& p, std::int64_t tokens,
+                                        ReadExtents& out) noexcept {
+  static constexpr std::array<const char*, kMaxAxes> kNames = {
+      "positions stream 0", "positions stream 1", "positions stream 2", "positions stream 3",
+      "positions stream 4", "positions stream 5", "positions stream 6", "positions stream 7"};
+  const std::int64_t n_tokens = std::min(tokens, p.tokens());  // equal once check() passed
+  std::size_t n = 0;
+  if (n_tokens <= 0) return n;
+  const int streams = std::min(map.streams(), p.streams());
+  for (int a = 0; a < streams; ++a) {
+    if (!map.uses(a) || p.is_null(a)) continue;
+    // the constructors checked that the span fits PTRDIFF_MAX bytes: no wrap-around
+    const auto lo = reinterpret_cast<std::uintptr_t>(p.data(a));
+    const auto last = static_cast<std::uintptr_t>(n_tokens - 1) * static_cast<std::uintptr_t>(p.token_stride());
+    out[n++] = ReadExtent{kNames[static_cast<std::size_t>(a)], Extent{lo, lo + (last + 1) * p.element_size()}};
+  }
+  return n;
+}
+
 // The driver's row source of a multi-axis call: each block's rows gathered from the table, or
 // exact (MultiAxisRope::fill_rows).
 template <class T>
@@ -679,6 +721,11 @@ struct AxisRows {
   const AxisPositions* positions;
   std::string check(std::int64_t tokens, bool /*fused*/) const {
     return check_axis_positions(*rope, *positions, tokens);
+  }
+  ReadExtents reads(std::int64_t tokens) const noexcept {
+    ReadExtents r{};
+    axis_positions_reads(rope->axis_map(), *positions, tokens, r);
+    return r;
   }
   Scratch scratch() const { return Scratch(static_cast<std::size_t>(rope->rotary_dim())); }
   static constexpr bool separate_key_rows() noexcept { return false; }
@@ -744,6 +791,18 @@ struct TableAxisRows {
                  : concat("position ", v, " is outside the table [", tab.first_position(), ", ",
                           tab.first_position() + tab.rows(), ")");
     });
+  }
+  // The position streams and the caller's cos and sin rows (as table_reads does for a TableRope).
+  ReadExtents reads(std::int64_t tokens) const noexcept {
+    ReadExtents r{};
+    std::size_t n = axis_positions_reads(rope->axis_map(), *positions, tokens, r);
+    const CosSinTableView<E>& tab = rope->table();
+    const auto rows = [&tab](const E* p) {
+      return tab.rows() > 0 ? extent_of(p, tab.rows(), 1, tab.row_stride(), 0, tab.half()) : Extent{};
+    };
+    r[n++] = ReadExtent{"the cos table", rows(tab.cos())};
+    r[n] = ReadExtent{"the sin table", rows(tab.sin())};
+    return r;
   }
   static Scratch scratch() noexcept { return {}; }
   static constexpr bool separate_key_rows() noexcept { return false; }

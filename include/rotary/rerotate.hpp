@@ -65,10 +65,16 @@ struct PerTokenRows {
   const RowOf* row_of;
   std::int64_t rotary_dim;
   Positions positions;  // checked like apply()'s (the re-rotation's positions, or contiguous)
+  Positions deltas;     // shift_keys' per-token deltas (checked by the caller), or contiguous: none
   std::string check(std::int64_t tokens, bool /*fused*/) const {
     return check_positions(positions, tokens, static_cast<const CosSinCache<C>*>(nullptr));
   }
-  ReadExtents reads(std::int64_t tokens) const noexcept { return positions_read(positions, tokens); }
+  // row_of reads the positions or the deltas block by block while the keys are written.
+  ReadExtents reads(std::int64_t tokens) const noexcept {
+    ReadExtents r = positions_read(positions, tokens);
+    r[1] = ReadExtent{"deltas", positions_extent(deltas, tokens)};
+    return r;
+  }
   static Scratch scratch() noexcept { return {}; }
   static constexpr bool separate_key_rows() noexcept { return false; }
   void fill(std::int64_t from, std::int64_t t0, std::int64_t t1, C* rows, C* /*key_rows*/,
@@ -77,13 +83,15 @@ struct PerTokenRows {
   }
 };
 
-// Keys in place, validated like apply() ("keys"), rows from row_of.
+// Keys in place, validated like apply() ("keys"), rows from row_of, which reads positions or deltas
+// (arrays, or contiguous for none): no key may share memory with either.
 template <class T, class RowOf>
 void rerotate_rows(const Rope<T>& rope, T* x, const StridedLayout& l, const Positions& positions,
-                   const RowOf& row_of, const ParallelFor& parallel) {
+                   const Positions& deltas, const RowOf& row_of, const ParallelFor& parallel) {
   const KernelArgs<T> a = call_args(rope.head_dim(), rope.rotary_dim(), rope.pairing(), make_stream<T>(x, l, x, l),
                                     StreamArgs<T>{}, l.tokens, Direction::forward);
-  drive(true, PerTokenRows<compute_t<T>, RowOf>{&row_of, rope.rotary_dim(), positions}, a, parallel, "keys");
+  drive(true, PerTokenRows<compute_t<T>, RowOf>{&row_of, rope.rotary_dim(), positions, deltas}, a, parallel,
+        "keys");
 }
 
 // Row of the rotation by delta*theta_j (exact for any int64 delta).
@@ -125,7 +133,7 @@ void shift_impl(const Rope<T>& rope, T* x, const StridedLayout& l, std::int64_t 
   shift_row(delta, turns_of(rope.cache().theta()), row.data());
   const std::size_t bytes = row.size() * sizeof(C);
   const auto row_of = [&row, bytes](std::int64_t, C* out) { std::memcpy(out, row.data(), bytes); };
-  rerotate_rows(rope, x, l, Positions::contiguous(0), row_of, parallel);
+  rerotate_rows(rope, x, l, Positions::contiguous(0), Positions::contiguous(0), row_of, parallel);
 }
 
 template <class T>
@@ -137,7 +145,7 @@ void shift_impl(const Rope<T>& rope, T* x, const StridedLayout& l, const Positio
   require(true, [&] { return check_position_array(deltas, l.tokens, "deltas"); });
   const std::vector<Turns> turns = turns_of(rope.cache().theta());
   const auto row_of = [&turns, &deltas](std::int64_t t, C* out) { shift_row(deltas[t], turns, out); };
-  rerotate_rows(rope, x, l, Positions::contiguous(0), row_of, parallel);
+  rerotate_rows(rope, x, l, Positions::contiguous(0), deltas, row_of, parallel);
 }
 
 template <class T>
@@ -155,7 +163,7 @@ void rerotate_impl(const Rope<T>& from, const Rope<T>& to, T* x, const StridedLa
   const auto row_of = [&ta, &tb, &positions, scale](std::int64_t t, C* out) {
     rerotate_row(positions[t], ta, tb, scale, out);
   };
-  rerotate_rows(from, x, l, positions, row_of, parallel);
+  rerotate_rows(from, x, l, positions, Positions::contiguous(0), row_of, parallel);
 }
 
 }  // namespace detail

@@ -548,4 +548,46 @@ TEST(Gradients, ErrorsNameTheArgument) {
       {"y strides (token -8, head 16) must be >= 0"});
 }
 
+// Strided views are checked like apply_strided's: strides that put a row past PTRDIFF_MAX bytes are
+// refused (the reads ran out of bounds), with grad untouched. Rows are only read, so they may overlap:
+// dy broadcast over tokens (token stride 0) is accepted.
+TEST(Gradients, StridedViewsSpanOneBuffer) {
+  using rotary_test::expect_error;
+  const RotarySpec spec(8, Pairing::half_split);
+  constexpr std::ptrdiff_t kHuge = std::numeric_limits<std::ptrdiff_t>::max() / 2;
+  const rotary::StridedLayout ok{3, 1, 8, 8};
+  std::vector<float> buf(64, 0.5f);
+  std::vector<double> grad(4, 1.0);
+  expect_error(
+      [&] {
+        rotary::accumulate_theta_gradient_strided(spec, buf.data(), rotary::StridedLayout{3, 1, kHuge, 8}, buf.data(),
+                                                  ok, Positions::contiguous(0), grad);
+      },
+      {"y spans more than PTRDIFF_MAX bytes", "3 tokens x token stride 4611686018427387903"});
+  expect_error(
+      [&] {
+        rotary::accumulate_theta_gradient_strided(spec, buf.data(), rotary::StridedLayout{1, 3, 8, 8}, buf.data(),
+                                                  rotary::StridedLayout{1, 3, 8, kHuge}, Positions::contiguous(0),
+                                                  grad);
+      },
+      {"dy spans more than PTRDIFF_MAX bytes", "3 heads x head stride 4611686018427387903"});
+  EXPECT_EQ(grad, std::vector<double>(4, 1.0));
+  // one dy row for every token: the same gradient as the rows copied out
+  std::vector<float> y(24);
+  std::vector<float> dy(24);
+  for (std::size_t i = 0; i < y.size(); ++i) {
+    y[i] = 0.1f * static_cast<float>(i % 7) - 0.3f;
+    dy[i] = 0.05f * static_cast<float>(i % 8) + 0.1f;
+  }
+  std::vector<float> dy_copies(dy.begin(), dy.begin() + 8);
+  for (int t = 1; t < 3; ++t) dy_copies.insert(dy_copies.end(), dy.begin(), dy.begin() + 8);
+  std::vector<double> broadcast(4, 0.0);
+  std::vector<double> copied(4, 0.0);
+  const std::vector<std::int64_t> pos = {3, 5, 7};
+  rotary::accumulate_theta_gradient_strided(spec, y.data(), ok, dy.data(), rotary::StridedLayout{3, 1, 0, 8},
+                                            Positions(pos), broadcast);
+  rotary::accumulate_theta_gradient_strided(spec, y.data(), ok, dy_copies.data(), ok, Positions(pos), copied);
+  EXPECT_EQ(broadcast, copied);
+}
+
 }  // namespace

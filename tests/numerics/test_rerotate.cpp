@@ -2,7 +2,9 @@
 // positions, both against rotating the original keys directly (and against a long-double reference).
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <string>
+#include <vector>
 
 #include "support.hpp"
 
@@ -354,6 +356,62 @@ TEST(RerotateErrors, BadArgumentsThrow) {
   EXPECT_NO_THROW(rotary::rerotate_keys(r, r, k, m, 2));
   EXPECT_NO_THROW(rotary::shift_keys(r, k, std::int64_t{-1000}, 2));  // negative deltas are fine
   (void)f;
+}
+
+// shift_keys reads its deltas (rerotate_keys its positions) block by block while the keys are
+// rotated in place: keys sharing memory with them are refused, naming the array, and nothing is written.
+// shift_keys accepted this before and gave wrong keys (deltas overwritten before they were read).
+TEST(RerotateErrors, KeysApartFromDeltasAndPositions) {
+  using rotary_test::expect_error;
+  using rotary_test::same_bits;
+  const std::int64_t D = 8;
+  const std::int64_t T = 64;
+  const Rope<float> r(RotarySpec(D), 16);
+  const Rope<float> other(RotarySpec(D, Pairing::half_split, 5e5), 16);
+  rotary::RowMatrix<float> k(T, D);
+  for (Eigen::Index i = 0; i < k.size(); ++i) k.data()[i] = 0.25f + 0.01f * static_cast<float>(i % 13);
+  const rotary::StridedLayout l{T, 1, D, D};
+  const auto bytes = [&k] {
+    return std::vector<float>(k.data(), k.data() + k.size());
+  };
+  // int64 deltas in rows 8.. of the keys
+  std::vector<std::int64_t> d64(static_cast<std::size_t>(T));
+  for (std::int64_t i = 0; i < T; ++i) d64[static_cast<std::size_t>(i)] = 1000 + 17 * i;
+  std::memcpy(k.data() + 8 * D, d64.data(), d64.size() * sizeof(std::int64_t));
+  const auto* d64_inside = reinterpret_cast<const std::int64_t*>(k.data() + 8 * D);
+  std::vector<float> before = bytes();
+  expect_error([&] { rotary::shift_keys(r, k, rotary::Positions(d64_inside, T), 1); },
+               {"output of keys and deltas share memory"});
+  expect_error([&] { rotary::shift_keys_strided(r, k.data(), l, rotary::Positions(d64_inside, T)); },
+               {"output of keys and deltas share memory"});
+  EXPECT_TRUE(same_bits(bytes(), before));
+  // int32 deltas in the last rows
+  const std::vector<std::int32_t> d32(static_cast<std::size_t>(T), -3);
+  std::memcpy(k.data() + (T - 8) * D, d32.data(), d32.size() * sizeof(std::int32_t));
+  const auto* d32_inside = reinterpret_cast<const std::int32_t*>(k.data() + (T - 8) * D);
+  before = bytes();
+  expect_error([&] { rotary::shift_keys(r, k, rotary::Positions(d32_inside, T), 1); },
+               {"output of keys and deltas share memory"});
+  EXPECT_TRUE(same_bits(bytes(), before));
+  // rerotate_keys' positions likewise
+  std::vector<std::int64_t> m(static_cast<std::size_t>(T));
+  for (std::int64_t i = 0; i < T; ++i) m[static_cast<std::size_t>(i)] = i;
+  std::memcpy(k.data() + 8 * D, m.data(), m.size() * sizeof(std::int64_t));
+  const auto* m_inside = reinterpret_cast<const std::int64_t*>(k.data() + 8 * D);
+  before = bytes();
+  expect_error([&] { rotary::rerotate_keys(r, other, k, rotary::Positions(m_inside, T), 1); },
+               {"output of keys and positions share memory"});
+  expect_error([&] { rotary::rerotate_keys_strided(r, other, k.data(), l, rotary::Positions(m_inside, T)); },
+               {"output of keys and positions share memory"});
+  EXPECT_TRUE(same_bits(bytes(), before));
+  // deltas right after the keys (apart): accepted, the same keys as a copy of the deltas gives
+  std::vector<float> joined(static_cast<std::size_t>(T * D + 2 * T), 0.5f);
+  std::memcpy(joined.data() + T * D, d64.data(), d64.size() * sizeof(std::int64_t));
+  rotary::shift_keys_strided(r, joined.data(), l,
+                             rotary::Positions(reinterpret_cast<const std::int64_t*>(joined.data() + T * D), T));
+  rotary::RowMatrix<float> expect = rotary::RowMatrix<float>::Constant(T, D, 0.5f);
+  rotary::shift_keys(r, expect, rotary::Positions(d64), 1);
+  EXPECT_EQ(Eigen::Map<rotary::RowMatrix<float>>(joined.data(), T, D), expect);
 }
 
 }  // namespace

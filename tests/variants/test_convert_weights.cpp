@@ -2,6 +2,8 @@
 // pairings (exact, both directions, partial rotary, GQA), the defining identity with the rotation,
 // and the heuristic convention probe on synthetic weights of a known convention.
 #include <cstdio>
+#include <cstdint>
+#include <limits>
 
 #include <rotary/convert_weights.hpp>
 
@@ -116,6 +118,34 @@ TEST(ConvertWeights, Errors) {
   rotary_test::expect_error([&] { (void)rotary::permute_rows_half_split_to_interleaved(w, 3, 8, 10); },
                             {"rotary_dim (10)", "head_dim (8)"});
   rotary_test::expect_error([&] { (void)rotary::probe_convention(w, w, 3, 2, 8, 8); }, {"W_k has 24 rows"});
+}
+
+// heads x head_dim is checked before it is used: 2^33 x 2^31 overflowed int64 (undefined behaviour; it
+// wrapped to 0, so an empty matrix passed the row check and the map was written out of bounds).
+TEST(ConvertWeights, RowCountOverflowRefused) {
+  using rotary_test::expect_error;
+  const std::int64_t heads = std::int64_t{1} << 33;
+  const std::int64_t head_dim = std::int64_t{1} << 31;
+  expect_error([&] { (void)rotary::pairing_row_map(Pairing::half_split, Pairing::interleaved, heads, head_dim, 2); },
+               {"pairing_row_map: heads (8589934592) x head_dim (2147483648) overflows int64"});
+  const Eigen::MatrixXf empty(0, 3);
+  expect_error([&] { (void)rotary::convert_pairing(empty, Pairing::half_split, Pairing::interleaved, heads, head_dim, 2); },
+               {"weights: heads (8589934592) x head_dim (2147483648) overflows int64"});
+  expect_error([&] { (void)rotary::permute_rows_interleaved_to_half_split(empty, heads, head_dim, 2); },
+               {"overflows int64"});
+  expect_error([&] { (void)rotary::probe_convention(empty, empty, heads, 0, head_dim, 2); },
+               {"W_q: heads (8589934592) x head_dim (2147483648) overflows int64"});
+  const Eigen::MatrixXf wq = Eigen::MatrixXf::Random(16, 4);
+  const std::int64_t kv_heads = std::numeric_limits<std::int64_t>::max() / 4;
+  expect_error([&] { (void)rotary::probe_convention(wq, empty, 2, kv_heads, 8, 8); },
+               {"W_k: heads (2305843009213693951) x head_dim (8) overflows int64"});
+  // a product that fits int64 but no vector
+  expect_error(
+      [&] {
+        (void)rotary::pairing_row_map(Pairing::half_split, Pairing::interleaved, std::int64_t{1} << 40,
+                                      std::int64_t{1} << 22, 2);
+      },
+      {"pairing_row_map: 4611686018427387904 rows", "more than a vector can hold"});
 }
 
 // Synthetic "trained" weights of a known convention: the two rows of pair j share a scale that

@@ -12,9 +12,11 @@
 //   f64 compute: 1e-13 + m 2^-62 instead (test_kernels' bound: the reference angle dominates)
 //   f16 / bf16 storage: plus 1/2 ulp of the storage type at y_ref (one final rounding)
 //   pass-through coordinates: bit for bit. Equal streams vs 1-D apply: bit for bit.
+#include <algorithm>
 #include <complex>
 #include <cstring>
 #include <functional>
+#include <limits>
 
 #include "support.hpp"
 
@@ -1060,6 +1062,144 @@ TEST(MultiAxisErrors, ThrowRotaryError) {
   std::vector<std::int64_t> junk = ok;
   junk[2 * tokens] = -7;
   EXPECT_NO_THROW(rotary::apply(sparse, x, AxisPositions(junk, 3), 2));
+}
+
+// Position streams and a TableMultiAxisRope's cos/sin table are read block by block while the output is
+// written: an output sharing memory with one is refused, naming it, and nothing is written. Such calls
+// ran before, reading overwritten positions (out-of-bounds table rows, or silently wrong rotations).
+TEST(MultiAxisErrors, OutputApartFromPositionStreamsAndTable) {
+  using rotary_test::expect_error;
+  using rotary_test::same_bits;
+  const std::int64_t D = 8;
+  const std::int64_t T = 96;
+  const rotary::RotarySpec spec(D);
+  const AxisMap map = rotary::mrope_axis_map(D, {2, 1, 1});
+  const MultiAxisRope<float> table(spec, map, 256);
+  const MultiAxisRope<float> otf(spec, map, rotary::OnTheFly{});
+  const rotary::StridedLayout l{T, 1, D, D};
+  std::vector<float> buf(static_cast<std::size_t>(T * D));
+  for (std::size_t i = 0; i < buf.size(); ++i) buf[i] = 0.25f + 0.01f * static_cast<float>(i % 13);
+  float* x = buf.data();
+  Eigen::Map<RowMatrix<float>> xm(x, T, D);
+  // valid positions (else the positions check would refuse first) stored at element `at` of x
+  const auto put64 = [x](std::int64_t at, const std::vector<std::int64_t>& v) {
+    std::memcpy(x + at, v.data(), v.size() * sizeof(std::int64_t));
+    return reinterpret_cast<const std::int64_t*>(x + at);
+  };
+  std::vector<std::int64_t> planar(static_cast<std::size_t>(3 * T));
+  for (std::size_t i = 0; i < planar.size(); ++i) planar[i] = static_cast<std::int64_t>(i) % T;
+
+  // planar [3 x T] int64 in x's first rows: stream 0 is hit first
+  const std::int64_t* inside = put64(0, planar);
+  std::vector<float> before = buf;
+  for (const MultiAxisRope<float>* r : {&table, &otf}) {
+    expect_error([&] { rotary::apply(*r, xm, AxisPositions(inside, 3, T), 1); },
+                 {"output of x and positions stream 0 share memory"});
+    expect_error([&] { rotary::apply_strided(*r, x, l, AxisPositions(inside, 3, T)); },
+                 {"output of x and positions stream 0 share memory"});
+  }
+  EXPECT_TRUE(same_bits(buf, before));
+
+  // separate streams, only the third inside x: the message names it
+  const std::vector<std::int64_t> s0(planar.begin(), planar.begin() + T);
+  const std::vector<std::int64_t> s1(planar.begin() + T, planar.begin() + 2 * T);
+  const std::int64_t* s2 = put64(60 * D, std::vector<std::int64_t>(planar.begin() + 2 * T, planar.end()));
+  before = buf;
+  expect_error([&] { rotary::apply(table, xm, AxisPositions::of_streams({s0.data(), s1.data(), s2}, T), 1); },
+               {"output of x and positions stream 2 share memory"});
+  EXPECT_TRUE(same_bits(buf, before));
+
+  // token-major int32 inside x
+  std::vector<std::int32_t> major(static_cast<std::size_t>(3 * T));
+  for (std::int64_t t = 0; t < T; ++t)
+    for (std::int64_t a = 0; a < 3; ++a) major[static_cast<std::size_t>(t * 3 + a)] = static_cast<std::int32_t>(t);
+  std::memcpy(x + 10 * D, major.data(), major.size() * sizeof(std::int32_t));
+  const auto* major_inside = reinterpret_cast<const std::int32_t*>(x + 10 * D);
+  before = buf;
+  expect_error([&] { rotary::apply(otf, xm, AxisPositions::token_major(major_inside, 3, T), 1); },
+               {"output of x and positions stream 0 share memory"});
+  EXPECT_TRUE(same_bits(buf, before));
+
+  // fused: a stream inside k's rows (q apart)
+  RowMatrix<float> q = RowMatrix<float>::Constant(T, D, 0.5f);
+  expect_error([&] { rotary::apply_qk(table, q, xm, AxisPositions::of_streams({s0.data(), s2, s1.data()}, T), 1, 1); },
+               {"output of k and positions stream 1 share memory"});
+  EXPECT_TRUE(same_bits(buf, before));
+
+  // out of place: positions inside the input only are just read (accepted, the same bits as a copy);
+  // inside the output they are refused
+  std::vector<float> src(buf.size(), 0.5f);
+  std::memcpy(src.data(), planar.data(), planar.size() * sizeof(std::int64_t));
+  const auto* src_pos = reinterpret_cast<const std::int64_t*>(src.data());
+  std::vector<float> out(buf.size(), 0.0f);
+  std::vector<float> expect(buf.size(), 0.0f);
+  rotary::apply_strided(table, src.data(), l, out.data(), l, AxisPositions(src_pos, 3, T));
+  rotary::apply_strided(table, src.data(), l, expect.data(), l, AxisPositions(planar, 3));
+  EXPECT_TRUE(same_bits(out, expect));
+  const std::vector<float> src_before = src;
+  expect_error([&] { rotary::apply_strided(table, out.data(), l, src.data(), l, AxisPositions(src_pos, 3, T)); },
+               {"output of x and positions stream 0 share memory"});
+  EXPECT_TRUE(same_bits(src, src_before));
+
+  // a stream the map does not use is never read: it may lie in the output
+  std::vector<std::uint8_t> two(static_cast<std::size_t>(D / 2), 0);
+  two[1] = 1;
+  const MultiAxisRope<float> sparse(spec, AxisMap(two, 3), 256);
+  RowMatrix<float> y = xm;
+  rotary::apply(sparse, xm, AxisPositions::of_streams({s0.data(), s1.data(), s2}, T), 1);
+  rotary::apply(sparse, y, AxisPositions::of_streams({s0.data(), s1.data(), s0.data()}, T), 1);
+  EXPECT_EQ(xm, y);
+
+  // separate streams around x in one buffer: only the streams' own bytes count, not what lies between
+  std::vector<std::int64_t> around(static_cast<std::size_t>(T + T * D / 2 + 2 * T));
+  std::copy(s0.begin(), s0.end(), around.begin());
+  std::copy(planar.begin() + T, planar.end(), around.begin() + T + T * D / 2);
+  float* mid = reinterpret_cast<float*>(around.data() + T);
+  std::fill(mid, mid + T * D, 0.5f);
+  const std::int64_t* p1 = around.data() + T + T * D / 2;
+  rotary::apply_strided(table, mid, l, AxisPositions::of_streams({around.data(), p1, p1 + T}, T));
+  RowMatrix<float> z = RowMatrix<float>::Constant(T, D, 0.5f);
+  rotary::apply(table, z, AxisPositions(planar, 3), 1);
+  EXPECT_EQ(Eigen::Map<RowMatrix<float>>(mid, T, D), z);
+
+  // a caller's table: its cos or sin rows, or the positions, in the output
+  const std::int64_t rows = 16;
+  std::vector<float> cs(static_cast<std::size_t>(rows * D), 0.5f);
+  const std::vector<std::int64_t> zeros(static_cast<std::size_t>(3 * T), 0);
+  const auto concat = [](const float* p) { return rotary::CosSinTableView<float>::concatenated(p, rows, D); };
+  const auto separate = [](const float* c, const float* s) {
+    return rotary::CosSinTableView<float>::separate(c, s, rows, D / 2);
+  };
+  using TableMultiAxis = rotary::TableMultiAxisRope<float>;
+  before = buf;
+  expect_error([&] { rotary::apply_strided(TableMultiAxis(D, Pairing::half_split, map, concat(x)), x, l,
+                                           AxisPositions(zeros, 3)); },
+               {"output of x and the cos table share memory"});
+  expect_error([&] { rotary::apply_strided(TableMultiAxis(D, Pairing::half_split, map, separate(cs.data(), x + 8 * D)),
+                                           x, l, AxisPositions(zeros, 3)); },
+               {"output of x and the sin table share memory"});
+  const std::int64_t* zeros_inside = put64(0, zeros);
+  before = buf;
+  expect_error([&] { rotary::apply(TableMultiAxis(D, Pairing::half_split, map, concat(cs.data())), xm,
+                                   AxisPositions(zeros_inside, 3, T), 1); },
+               {"output of x and positions stream 0 share memory"});
+  EXPECT_TRUE(same_bits(buf, before));
+}
+
+// AxisPositions' strides must keep every position within one array (PTRDIFF_MAX bytes): p(a, t)'s
+// offsets, and the extents the calls check against the output, would overflow.
+TEST(MultiAxisErrors, PositionSpanFitsOneArray) {
+  using rotary_test::expect_error;
+  const std::vector<std::int64_t> p(9, 0);
+  constexpr std::ptrdiff_t kHuge = std::numeric_limits<std::ptrdiff_t>::max() / 2;
+  expect_error([&] { AxisPositions::strided(p.data(), 3, 3, 1, kHuge); },
+               {"positions span more than PTRDIFF_MAX bytes", "3 tokens x token stride 4611686018427387903"});
+  expect_error([&] { AxisPositions::strided(p.data(), 3, 3, kHuge, 1); },
+               {"positions span more than PTRDIFF_MAX bytes", "3 streams x stream stride 4611686018427387903"});
+  expect_error([&] { AxisPositions::of_streams<std::int64_t>({p.data()}, kHuge); },
+               {"positions span more than PTRDIFF_MAX bytes"});
+  EXPECT_NO_THROW(AxisPositions::strided(p.data(), 3, 3, 1, 3));
+  EXPECT_NO_THROW(AxisPositions::strided(p.data(), 3, 0, kHuge, kHuge));  // no tokens: nothing is read
 }
 
 #if !defined(NDEBUG) && GTEST_HAS_DEATH_TEST
