@@ -969,10 +969,13 @@ TEST(FusedErrors, ScalesWeightsAndCachesSideBySide) {
   expect_error([&] { call(kv, I8::paged(vc.data(), B, S, H, D, ks.data())); }, {"k_cache and v_cache share scales"});
   expect_error([&] { call(I8::paged(kc.data(), B, S, H, D, q.data()), vv); },
                {"q output and k_cache's scales share memory"});
+  // cppcheck-suppress invalidPointerCast  ; deliberate: a value array placed inside another buffer
   expect_error([&] { call(I8::paged(kc.data(), B, S, H, D, reinterpret_cast<float*>(vc.data())), vv); },
                {"k_cache's scales and v_cache share memory"});
+  // cppcheck-suppress invalidPointerCast  ; deliberate: a value array placed inside another buffer
   expect_error([&] { call(kv, I8::paged(vc.data(), B, S, H, D, reinterpret_cast<float*>(kc.data()))); },
                {"v_cache's scales and k_cache share memory"});
+  // cppcheck-suppress invalidPointerCast  ; deliberate: a value array placed inside another buffer
   expect_error([&] { I8::paged(kc.data(), B, S, H, D, reinterpret_cast<float*>(kc.data() + 64)); },
                {"KV cache scales share memory with its data"});
   expect_error([&] { rotary::write_kv_cache(k.data(), l, Slots(slots), I8::paged(kc.data(), B, S, H, D, k.data())); },
@@ -1056,6 +1059,7 @@ TEST(FusedErrors, ScalesWeightsAndCachesSideBySide) {
     const auto fk = KvCacheView<float>::paged(fc.data(), B, S, H, D);
     const auto fvv = KvCacheView<float>::paged(fv.data(), B, S, H, D);
     std::memcpy(fc.data() + 40, slots.data(), slots.size() * sizeof(std::int64_t));
+    // cppcheck-suppress invalidPointerCast  ; deliberate: a value array placed inside another buffer
     const auto* in_cache = reinterpret_cast<const std::int64_t*>(fc.data() + 40);
     expect_error(
         [&] {
@@ -1064,6 +1068,7 @@ TEST(FusedErrors, ScalesWeightsAndCachesSideBySide) {
         },
         {"k_cache and the slots share memory"});
     std::memcpy(q.data() + 20, slots.data(), slots.size() * sizeof(std::int64_t));
+    // cppcheck-suppress invalidPointerCast  ; deliberate: a value array placed inside another buffer
     const auto* in_q = reinterpret_cast<const std::int64_t*>(q.data() + 20);
     expect_error(
         [&] {

@@ -546,6 +546,7 @@ TEST(LayoutsErrors, OutputsApartFromWhatTheCallReads) {
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = 0.3f + 0.001f * static_cast<float>(i % 97);
   // int32 positions (one per token) stored inside x's rows from token 10 on.
   const auto put_positions = [](float* at, std::int64_t n) {
+    // cppcheck-suppress invalidPointerCast  ; deliberate: a value array placed inside another buffer
     auto* p = reinterpret_cast<std::int32_t*>(at);
     for (std::int64_t i = 0; i < n; ++i) {
       const auto v = static_cast<std::int32_t>((i * 13) % 200);
@@ -561,6 +562,7 @@ TEST(LayoutsErrors, OutputsApartFromWhatTheCallReads) {
                {"x and per-token positions share memory", "is read while x is written"});
   EXPECT_EQ(x, x0) << "a refused call must write nothing";
   // bhsd with heads > 1 does not fold: still refused (the rule does not depend on the traversal)
+  // cppcheck-suppress invalidPointerCast  ; deliberate: a value array placed inside another buffer
   const Positions first40(reinterpret_cast<const std::int32_t*>(x.data() + 10 * kD), 40);
   expect_error([&] { rotary::apply_batch(rope, Layout::bhsd, x.data(), BatchShape{2, 20, 2, kD},
                                          SequencePositions::per_token(first40)); },
@@ -594,6 +596,7 @@ TEST(LayoutsErrors, OutputsApartFromWhatTheCallReads) {
 
   // varlen: cu_seqlens and per-token positions inside the output
   const StridedLayout l{80, 1, kD, kD};
+  // cppcheck-suppress invalidPointerCast  ; deliberate: a value array placed inside another buffer
   auto* cu = reinterpret_cast<std::int32_t*>(x.data() + 70 * kD);
   const std::int32_t bounds[3] = {0, 40, 80};
   std::memcpy(cu, bounds, sizeof bounds);

@@ -535,6 +535,7 @@ TEST(Onnx, OutputOverlapsPositionIds) {
       std::vector<std::int64_t> mem(static_cast<std::size_t>(2 * slots + count + 4), 0x5a5a5a5a5a5a5a5a);
       std::copy(op.values->begin(), op.values->end(), mem.begin() + p.ids);
       const std::int64_t* pid = mem.data() + p.ids;
+      // cppcheck-suppress invalidPointerCast  ; deliberate: a value array placed inside another buffer
       auto* out = reinterpret_cast<float*>(mem.data() + p.out);
       const std::vector<std::int64_t> before = mem;
       if (!p.message.empty()) {
@@ -543,6 +544,7 @@ TEST(Onnx, OutputOverlapsPositionIds) {
         EXPECT_EQ(mem, before) << "out of place: written before the refusal";
         // In place: x copied over the output region (and so over the ids it covers), rotated in place.
         std::vector<std::int64_t> in_place = before;
+        // cppcheck-suppress invalidPointerCast  ; deliberate: a value array placed inside another buffer
         auto* xo = reinterpret_cast<float*>(in_place.data() + p.out);
         std::memcpy(xo, x.data(), x.size() * sizeof(float));
         const std::int64_t* pid2 = in_place.data() + p.ids;

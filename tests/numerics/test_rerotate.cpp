@@ -408,6 +408,7 @@ TEST(RerotateErrors, KeysApartFromDeltasAndPositions) {
   std::vector<float> joined(static_cast<std::size_t>(T * D + 2 * T), 0.5f);
   std::memcpy(joined.data() + T * D, d64.data(), d64.size() * sizeof(std::int64_t));
   rotary::shift_keys_strided(r, joined.data(), l,
+                             // cppcheck-suppress invalidPointerCast  ; deliberate: a value array placed inside another buffer
                              rotary::Positions(reinterpret_cast<const std::int64_t*>(joined.data() + T * D), T));
   rotary::RowMatrix<float> expect = rotary::RowMatrix<float>::Constant(T, D, 0.5f);
   rotary::shift_keys(r, expect, rotary::Positions(d64), 1);

@@ -1084,6 +1084,7 @@ TEST(MultiAxisErrors, OutputApartFromPositionStreamsAndTable) {
   // valid positions (else the positions check would refuse first) stored at element `at` of x
   const auto put64 = [x](std::int64_t at, const std::vector<std::int64_t>& v) {
     std::memcpy(x + at, v.data(), v.size() * sizeof(std::int64_t));
+    // cppcheck-suppress invalidPointerCast  ; deliberate: a value array placed inside another buffer
     return reinterpret_cast<const std::int64_t*>(x + at);
   };
   std::vector<std::int64_t> planar(static_cast<std::size_t>(3 * T));
@@ -1114,6 +1115,7 @@ TEST(MultiAxisErrors, OutputApartFromPositionStreamsAndTable) {
   for (std::int64_t t = 0; t < T; ++t)
     for (std::int64_t a = 0; a < 3; ++a) major[static_cast<std::size_t>(t * 3 + a)] = static_cast<std::int32_t>(t);
   std::memcpy(x + 10 * D, major.data(), major.size() * sizeof(std::int32_t));
+  // cppcheck-suppress invalidPointerCast  ; deliberate: a value array placed inside another buffer
   const auto* major_inside = reinterpret_cast<const std::int32_t*>(x + 10 * D);
   before = buf;
   expect_error([&] { rotary::apply(otf, xm, AxisPositions::token_major(major_inside, 3, T), 1); },
@@ -1130,6 +1132,7 @@ TEST(MultiAxisErrors, OutputApartFromPositionStreamsAndTable) {
   // inside the output they are refused
   std::vector<float> src(buf.size(), 0.5f);
   std::memcpy(src.data(), planar.data(), planar.size() * sizeof(std::int64_t));
+  // cppcheck-suppress invalidPointerCast  ; deliberate: a value array placed inside another buffer
   const auto* src_pos = reinterpret_cast<const std::int64_t*>(src.data());
   std::vector<float> out(buf.size(), 0.0f);
   std::vector<float> expect(buf.size(), 0.0f);
@@ -1154,6 +1157,7 @@ TEST(MultiAxisErrors, OutputApartFromPositionStreamsAndTable) {
   std::vector<std::int64_t> around(static_cast<std::size_t>(T + T * D / 2 + 2 * T));
   std::copy(s0.begin(), s0.end(), around.begin());
   std::copy(planar.begin() + T, planar.end(), around.begin() + T + T * D / 2);
+  // cppcheck-suppress invalidPointerCast  ; deliberate: a value array placed inside another buffer
   float* mid = reinterpret_cast<float*>(around.data() + T);
   std::fill(mid, mid + T * D, 0.5f);
   const std::int64_t* p1 = around.data() + T + T * D / 2;
