@@ -122,10 +122,18 @@ TEST(ConvertWeights, Errors) {
 
 // heads x head_dim is checked before it is used: 2^33 x 2^31 overflowed int64 (undefined behaviour; it
 // wrapped to 0, so an empty matrix passed the row check and the map was written out of bounds).
+// A value the optimizer cannot see through: with the sizes below as constants, g++ -O3 inlines the
+// calls and warns (-Waggressive-loop-optimizations, an error under -Werror) about loops the checks
+// never let run.
+std::int64_t opaque(std::int64_t v) {
+  volatile std::int64_t hidden = v;
+  return hidden;
+}
+
 TEST(ConvertWeights, RowCountOverflowRefused) {
   using rotary_test::expect_error;
-  const std::int64_t heads = std::int64_t{1} << 33;
-  const std::int64_t head_dim = std::int64_t{1} << 31;
+  const std::int64_t heads = opaque(std::int64_t{1} << 33);
+  const std::int64_t head_dim = opaque(std::int64_t{1} << 31);
   expect_error([&] { (void)rotary::pairing_row_map(Pairing::half_split, Pairing::interleaved, heads, head_dim, 2); },
                {"pairing_row_map: heads (8589934592) x head_dim (2147483648) overflows int64"});
   const Eigen::MatrixXf empty(0, 3);
@@ -136,14 +144,14 @@ TEST(ConvertWeights, RowCountOverflowRefused) {
   expect_error([&] { (void)rotary::probe_convention(empty, empty, heads, 0, head_dim, 2); },
                {"W_q: heads (8589934592) x head_dim (2147483648) overflows int64"});
   const Eigen::MatrixXf wq = Eigen::MatrixXf::Random(16, 4);
-  const std::int64_t kv_heads = std::numeric_limits<std::int64_t>::max() / 4;
+  const std::int64_t kv_heads = opaque(std::numeric_limits<std::int64_t>::max() / 4);
   expect_error([&] { (void)rotary::probe_convention(wq, empty, 2, kv_heads, 8, 8); },
                {"W_k: heads (2305843009213693951) x head_dim (8) overflows int64"});
   // a product that fits int64 but no vector
   expect_error(
       [&] {
-        (void)rotary::pairing_row_map(Pairing::half_split, Pairing::interleaved, std::int64_t{1} << 40,
-                                      std::int64_t{1} << 22, 2);
+        (void)rotary::pairing_row_map(Pairing::half_split, Pairing::interleaved, opaque(std::int64_t{1} << 40),
+                                      opaque(std::int64_t{1} << 22), 2);
       },
       {"pairing_row_map: 4611686018427387904 rows", "more than a vector can hold"});
 }
