@@ -218,10 +218,10 @@ inline RopeParameters hf_rope_parameters(const hf_json& obj, const std::string& 
       if (kv.value().is_null() || k == "rope_theta" || k == "partial_rotary_factor" || k == "mrope_section" ||
           k == "mrope_interleaved")
         continue;
-      throw error(name + " names neither \"rope_type\" nor \"type\" but sets \"" + k + "\" (" +
-                  hf_show(kv.value()) +
-                  "), which default RoPE would ignore (transformers raises KeyError); add the rope_type it "
-                  "is meant for");
+      throw error(concat(name, " names neither \"rope_type\" nor \"type\" but sets \"", k, "\" (",
+                         hf_show(kv.value()),
+                         "), which default RoPE would ignore (transformers raises KeyError); add the rope_type it "
+                         "is meant for"));
     }
   }
   const auto theta = hf_get_double(obj, "rope_theta", where);
