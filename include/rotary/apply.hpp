@@ -277,6 +277,68 @@ void apply_qk_unchecked(const R& rope, detail::identity_t<ConstRowsRef<T>> q_in,
   detail::rows_qk<R, T>(false, rope, &q_in, q_out, &k_in, k_out, positions, q_heads, k_heads, dir, parallel);
 }
 
+// ---- Eigen rows the overloads above cannot take: a compile-time error naming the cause ----------------
+// Without these, an Eigen::MatrixXf (column-major) or a const matrix as written rows, or rows of
+// another scalar type, fails with "no matching function" and pages of candidates. Each overload below
+// is viable only where no real one is (it is removed by SFINAE whenever the rows bind), and its body
+// is a static_assert. Read-only rows of another layout still bind: ConstRowsRef copies them.
+namespace detail {
+template <class X>
+inline constexpr bool is_eigen_v = std::is_base_of_v<Eigen::EigenBase<std::decay_t<X>>, std::decay_t<X>>;
+// X is Eigen but cannot be written through RowsRef<T> / read through ConstRowsRef<T>.
+template <class X, class T>
+inline constexpr bool unwritable_rows_v = is_eigen_v<X> && !std::is_convertible_v<X, RowsRef<T>>;
+template <class X, class T>
+inline constexpr bool unreadable_rows_v = is_eigen_v<X> && !std::is_convertible_v<X, ConstRowsRef<T>>;
+template <class...>
+inline constexpr bool dependent_false_v = false;
+}  // namespace detail
+
+#define ROTARY_DETAIL_ROWS_MISUSE_MESSAGE                                                                \
+  "rotary: Eigen rows must be row-major, of the rotator's storage type T, with inner stride 1 "        \
+  "(rotary::RowMatrix<T>, or an Eigen::Map / Block of one), and rows the call writes must not be const. " \
+  "Eigen::MatrixXf is column-major: declare rotary::RowMatrix<float>."
+#define ROTARY_DETAIL_ROWS_MISUSE(name)                                                                     \
+  template <class R, class X, class P, class T = detail::rotator_value_t<R>,                               \
+            std::enable_if_t<detail::unwritable_rows_v<X, T> && !detail::is_eigen_v<P>, int> = 0>          \
+  void name(const R&, X&&, const P&, std::int64_t, Direction = Direction::forward, const ParallelFor& = {}) { \
+    static_assert(detail::dependent_false_v<X>, ROTARY_DETAIL_ROWS_MISUSE_MESSAGE);                        \
+  }                                                                                                        \
+  template <class R, class In, class Out, class P, class T = detail::rotator_value_t<R>,                   \
+            std::enable_if_t<detail::is_eigen_v<In> && !detail::is_eigen_v<P> &&                          \
+                                 (detail::unreadable_rows_v<In, T> || detail::unwritable_rows_v<Out, T>),  \
+                             int> = 0>                                                                     \
+  void name(const R&, In&&, Out&&, const P&, std::int64_t, Direction = Direction::forward,                 \
+            const ParallelFor& = {}) {                                                                     \
+    static_assert(detail::dependent_false_v<In>, ROTARY_DETAIL_ROWS_MISUSE_MESSAGE);                       \
+  }
+#define ROTARY_DETAIL_QK_ROWS_MISUSE(name)                                                                  \
+  template <class R, class Q, class K, class P, class T = detail::rotator_value_t<R>,                      \
+            std::enable_if_t<detail::is_eigen_v<Q> && detail::is_eigen_v<K> && !detail::is_eigen_v<P> &&   \
+                                 (detail::unwritable_rows_v<Q, T> || detail::unwritable_rows_v<K, T>),     \
+                             int> = 0>                                                                     \
+  void name(const R&, Q&&, K&&, const P&, std::int64_t, std::int64_t, Direction = Direction::forward,      \
+            const ParallelFor& = {}) {                                                                     \
+    static_assert(detail::dependent_false_v<Q>, ROTARY_DETAIL_ROWS_MISUSE_MESSAGE);                        \
+  }                                                                                                        \
+  template <class R, class QI, class QO, class KI, class KO, class P, class T = detail::rotator_value_t<R>, \
+            std::enable_if_t<detail::is_eigen_v<QI> && detail::is_eigen_v<KI> && !detail::is_eigen_v<P> && \
+                                 (detail::unreadable_rows_v<QI, T> || detail::unwritable_rows_v<QO, T> ||  \
+                                  detail::unreadable_rows_v<KI, T> || detail::unwritable_rows_v<KO, T>),   \
+                             int> = 0>                                                                     \
+  void name(const R&, QI&&, QO&&, KI&&, KO&&, const P&, std::int64_t, std::int64_t,                        \
+            Direction = Direction::forward, const ParallelFor& = {}) {                                     \
+    static_assert(detail::dependent_false_v<QI>, ROTARY_DETAIL_ROWS_MISUSE_MESSAGE);                       \
+  }
+
+ROTARY_DETAIL_ROWS_MISUSE(apply)
+ROTARY_DETAIL_ROWS_MISUSE(apply_unchecked)
+ROTARY_DETAIL_QK_ROWS_MISUSE(apply_qk)
+ROTARY_DETAIL_QK_ROWS_MISUSE(apply_qk_unchecked)
+#undef ROTARY_DETAIL_QK_ROWS_MISUSE
+#undef ROTARY_DETAIL_ROWS_MISUSE
+#undef ROTARY_DETAIL_ROWS_MISUSE_MESSAGE
+
 // ---- compiled once (optional) ----------------------------------------------------------------------
 // A Rope's call paths for each storage type (drivers, checks, row sources), listed like the kernels
 // (registry.hpp): KW is `extern template` under ROTARY_SEPARATE_KERNELS, `template` in the one TU that
