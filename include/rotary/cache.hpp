@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <new>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -139,20 +140,29 @@ class CosSinCache {
   }
 
  private:
+  // A table past 2^47 bytes (128 TiB, a whole 4-level-paged x86-64 or AArch64 address space) is
+  // refused before anything is allocated; a smaller one the allocator cannot provide throws
+  // rotary::error from fill_rows, not std::bad_alloc.
+  static constexpr std::int64_t kMaxTableBytes = std::int64_t{1} << 47;
+
   void check_size(std::int64_t rows) const {
     const std::int64_t per_row = rotary_dim();
-    if (rows > 0 && per_row > std::numeric_limits<std::int64_t>::max() /
-                                  static_cast<std::int64_t>(sizeof(T)) / rows)
+    if (rows > 0 && per_row > kMaxTableBytes / static_cast<std::int64_t>(sizeof(T)) / rows)
       throw error(detail::concat("cache of ", rows, " positions x rotary_dim ", per_row,
-                                 " does not fit in memory"));
+                                 " does not fit in memory: it needs more than 2^47 bytes (128 TiB)"));
   }
 
   template <class PositionOf>
   void fill_rows(std::int64_t rows, PositionOf position_of) {
     detail::check_exact_angle();
-    rows_ = rows;
     const std::int64_t h = pairs();
-    table_.assign(static_cast<std::size_t>(rows * 2 * h), T(0));
+    try {
+      table_.assign(static_cast<std::size_t>(rows * 2 * h), T(0));
+    } catch (const std::bad_alloc&) {
+      throw error(detail::concat("cache of ", rows, " positions x rotary_dim ", 2 * h, " (",
+                                 rows * 2 * h * static_cast<std::int64_t>(sizeof(T)), " bytes) could not be allocated"));
+    }
+    rows_ = rows;
     std::vector<detail::Turns> turns(theta_.size());
     for (std::size_t j = 0; j < theta_.size(); ++j) turns[j] = detail::to_turns(theta_[j]);
     const double scale = folded_ ? attention_factor_ : 1.0;

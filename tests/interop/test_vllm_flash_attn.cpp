@@ -16,6 +16,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <tuple>
@@ -358,6 +360,47 @@ TEST(FlashAttn, NullSeqlenOffsetsArray) {
     EXPECT_NO_THROW(fa::apply_rotary_emb(x.data(), out.data(), 0, 5, 2, 16, cos.data(), sin.data(), {8, 8}, o));
     EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float v) { return v == 0.0f; }));  // nothing written
   }
+}
+
+TEST(FlashAttn, OffsetsInsideOutAreReadBeforeAnyWrite) {
+  // seqlen_offsets held in sequence 0's rows, rotated in place: every offset is read before sequence 0
+  // is written, so sequence 1 still sits at its offset (3), as with the offsets in their own buffer.
+  namespace fa = rotary::flash_attn;
+  std::mt19937_64 rng(rotary_test::seed() + 810);
+  const std::vector<float> cos = rotary_test::random_vector<float>(8 * 2, rng, -1.0, 1.0);
+  const std::vector<float> sin = rotary_test::random_vector<float>(8 * 2, rng, -1.0, 1.0);
+  std::vector<float> buf = rotary_test::random_vector<float>(2 * 4, rng, -1.0, 1.0);  // 2 sequences x 1 token x 4
+  const std::int32_t held[2] = {1, 3};
+  std::memcpy(static_cast<void*>(buf.data() + 2), static_cast<const void*>(held), sizeof(held));
+  std::vector<float> want = buf;
+  fa::Options separate;
+  separate.seqlen_offsets = fa::SeqlenOffsets(held, 2);
+  fa::apply_rotary_emb(want.data(), want.data(), 2, 1, 1, 4, cos.data(), sin.data(), {8, 2}, separate);
+  fa::Options inside;
+  std::int32_t* const offsets = reinterpret_cast<std::int32_t*>(buf.data() + 2);  // NOLINT: the buffer is the test
+  inside.seqlen_offsets = fa::SeqlenOffsets(offsets, 2);
+  fa::apply_rotary_emb(buf.data(), buf.data(), 2, 1, 1, 4, cos.data(), sin.data(), {8, 2}, inside);
+  EXPECT_TRUE(rotary_test::same_bits(buf, want));
+}
+
+TEST(FlashAttn, ShapesBeyondMemoryRefusedBeforeArithmetic) {
+  // tokens x nheads x headdim and batch x seqlen are checked before they are multiplied (signed
+  // overflow before); empty sequences build no list of batch + 1 starts.
+  namespace fa = rotary::flash_attn;
+  std::vector<float> x(64), cos(8 * 4), sin(8 * 4);
+  using rotary_test::expect_error;
+  expect_error([&] { fa::apply_rotary_emb(x.data(), x.data(), 1, std::int64_t{1} << 40, std::int64_t{1} << 20, 1024,
+                                          cos.data(), sin.data(), {8, 4}); },
+               {"flash_attn::apply_rotary_emb", "spans more than PTRDIFF_MAX bytes"});
+  expect_error([&] { fa::apply_rotary_emb(x.data(), x.data(), std::numeric_limits<std::int64_t>::max(), 2, 1, 8,
+                                          cos.data(), sin.data(), {8, 4}); },
+               {"batch (9223372036854775807) x seqlen (2) overflows int64"});
+  const std::int32_t cu[2] = {0, std::numeric_limits<std::int32_t>::max()};
+  expect_error([&] { fa::apply_rotary_emb_varlen(x.data(), x.data(), cu[1], std::int64_t{1} << 40, 1024, cu, 1,
+                                                 cu[1], cos.data(), sin.data(), {8, 4}); },
+               {"flash_attn::apply_rotary_emb_varlen", "spans more than PTRDIFF_MAX bytes"});
+  EXPECT_NO_THROW(fa::apply_rotary_emb(x.data(), x.data(), std::int64_t{1} << 61, 0, 1, 8, cos.data(), sin.data(),
+                                       {8, 4}));
 }
 
 }  // namespace

@@ -850,6 +850,9 @@ TEST(EdgePositions, Int64Limits) {
       },
       {"cache position (9223372036854775807)"});
   rotary_test::expect_error([&] { rotary::CosSinCache<float>(f, 0, kInt64Max); }, {"does not fit in memory"});
+  // A size that fits int64 but no address space is refused before allocating (std::bad_alloc before).
+  rotary_test::expect_error([&] { rotary::CosSinCache<float>(f, 0, kInt64Max / 64); },
+                            {"does not fit in memory: it needs more than 2^47 bytes"});
   rotary_test::expect_error(
       [&] {
         rotary::apply_strided(fly, y.data(), StridedLayout{1, 1, 40, 40},

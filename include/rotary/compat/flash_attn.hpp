@@ -14,7 +14,8 @@
 // accepted (widened exactly, never narrowed). Inconsistent shapes, a negative offset, cu_seqlens that
 // are not non-decreasing from 0 to total_seqlen, a sequence longer than max_seqlen, null pointers (a
 // null seqlen_offsets array that holds values included), overlapping x/out (other than x == out) and
-// an out that overlaps cos or sin throw rotary::error.
+// an out that overlaps cos or sin throw rotary::error, as do shapes past PTRDIFF_MAX bytes (checked before
+// any product of them). seqlen_offsets are all read before the first write, so out may even hold them.
 #ifndef ROTARY_COMPAT_FLASH_ATTN_HPP
 #define ROTARY_COMPAT_FLASH_ATTN_HPP
 
@@ -22,6 +23,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -95,6 +97,12 @@ void run_sequences(const char* op, const T* x, T* out, const std::vector<std::in
     throw error(concat(op, ": seqlen_offsets is null but holds ", o.seqlen_offsets.count(), " values"));
   if (o.seqlen_offsets.per_sequence() && o.seqlen_offsets.count() != count)
     throw error(concat(op, ": seqlen_offsets holds ", o.seqlen_offsets.count(), " values for ", count, " sequences"));
+  namespace rd = rotary::detail;
+  // Shapes before any product of them: tokens x nheads x headdim elements must fit one buffer.
+  if (!rd::span_fits({{nheads, headdim}}, headdim, sizeof(T)) ||
+      !rd::span_fits({{starts.back(), nheads * headdim}}, nheads * headdim, sizeof(T)))
+    throw error(concat(op, ": x of ", starts.back(), " tokens x ", nheads, " heads x headdim ", headdim,
+                       " spans more than PTRDIFF_MAX bytes: no buffer is that large"));
   const std::int64_t token = nheads * headdim;  // elements per token
   const std::int64_t n = starts.back() * token;
   if (n > 0 && (x == nullptr || out == nullptr)) throw error(concat(op, ": null x or out"));
@@ -103,7 +111,6 @@ void run_sequences(const char* op, const T* x, T* out, const std::vector<std::in
     throw error(concat(op, ": out overlaps x without being x (in place is out == x)"));
   // Every sequence's call reads cos and sin, and checks x and out but not the table: out shares no
   // memory with either, checked once over the whole tensor before any work.
-  namespace rd = rotary::detail;
   if (!rd::span_fits({{ts.seqlen_ro, ts.half}}, ts.half, sizeof(E)))
     throw error(concat(op, ": cos/sin (", ts.seqlen_ro, ", ", ts.half, ") span more than PTRDIFF_MAX bytes: no "
                        "buffer is that large"));
@@ -112,15 +119,21 @@ void run_sequences(const char* op, const T* x, T* out, const std::vector<std::in
     if (rd::overlap(written, rd::extent_of(table, ts.seqlen_ro, 1, ts.half, 0, ts.half)))
       throw error(concat(op, ": out overlaps ", name, ": out must not share memory with cos or sin (both are read "
                          "while out is written)"));
-  for (std::int64_t b = 0; b < count; ++b)
-    if (o.seqlen_offsets[b] < 0) throw error(concat(op, ": seqlen_offsets[", b, "] (", o.seqlen_offsets[b], ") must be >= 0"));
+  // The offsets are read once, here, before any write: out may even hold them (a sequence written
+  // before the next one's offset is read cannot change it).
+  std::vector<std::int64_t> offsets(static_cast<std::size_t>(count));
+  for (std::int64_t b = 0; b < count; ++b) {
+    offsets[static_cast<std::size_t>(b)] = o.seqlen_offsets[b];
+    if (offsets[static_cast<std::size_t>(b)] < 0)
+      throw error(concat(op, ": seqlen_offsets[", b, "] (", offsets[static_cast<std::size_t>(b)], ") must be >= 0"));
+  }
   const TableRope<T, E> rope(headdim, 2 * ts.half, o.interleaved ? Pairing::interleaved : Pairing::half_split,
                              CosSinTableView<E>::separate(cos, sin, ts.seqlen_ro, ts.half));
   const Direction dir = o.conjugate ? Direction::inverse : Direction::forward;
   for (std::int64_t b = 0; b < count; ++b) {
     const std::int64_t first = starts[static_cast<std::size_t>(b)];
     const std::int64_t len = starts[static_cast<std::size_t>(b) + 1] - first;
-    const std::int64_t offset = o.seqlen_offsets[b];
+    const std::int64_t offset = offsets[static_cast<std::size_t>(b)];
     // FlashAttention's masking: positions at or past seqlen_ro keep their values.
     const std::int64_t rotated = offset >= ts.seqlen_ro ? 0 : std::min(len, ts.seqlen_ro - offset);
     if (rotated > 0) {
@@ -143,8 +156,14 @@ void apply_rotary_emb(const T* x, T* out, std::int64_t batch, std::int64_t seqle
   const char* op = "flash_attn::apply_rotary_emb";
   if (batch < 0 || seqlen < 0)
     throw error(detail::concat(op, ": batch (", batch, ") and seqlen (", seqlen, ") must be >= 0"));
+  if (seqlen > 0 && batch > std::numeric_limits<std::int64_t>::max() / seqlen)
+    throw error(detail::concat(op, ": batch (", batch, ") x seqlen (", seqlen, ") overflows int64"));
+  // Empty sequences hold nothing to rotate: without per-sequence offsets (whose count must still
+  // match batch) any number of them is one empty batch, and no list of batch + 1 starts is built.
+  const std::int64_t sequences = seqlen == 0 && !options.seqlen_offsets.per_sequence() ? 0 : batch;
   std::vector<std::int64_t> starts;
-  for (std::int64_t b = 0; b <= batch; ++b) starts.push_back(b * seqlen);
+  starts.reserve(static_cast<std::size_t>(sequences) + 1);
+  for (std::int64_t b = 0; b <= sequences; ++b) starts.push_back(b * seqlen);
   detail::run_sequences(op, x, out, starts, nheads, headdim, cos, sin, cos_shape, options);
 }
 
