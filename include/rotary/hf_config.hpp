@@ -386,12 +386,7 @@ inline ResolvedRope resolve(const HfConfig& config, const ResolveOptions& option
   }
   if (!(p.rope_theta > 0.0) || !detail::finite(p.rope_theta))
     throw error(concat("rope_theta (", p.rope_theta, ") must be positive and finite"));
-  // YaRN's correction range d*ln(L0/(2*pi*beta)) / (2*ln rope_theta) divides by ln(rope_theta): 0 at
-  // 1 (NaN frequencies), negative below 1 (the range inverts and no pair is interpolated). No other
-  // rule takes the logarithm of the base.
-  if (p.rope_type == "yarn" && !(p.rope_theta > 1.0))
-    throw error(concat("rope_theta (", p.rope_theta,
-                       ") must be > 1 for rope_type 'yarn': its correction range divides by ln(rope_theta)"));
+  // rope_type 'yarn' needs rope_theta > 1 as well: validate() (step 6) refuses it with the other rules.
 
   // 2. max_position_embeddings and the pre-extension length.
   std::optional<std::int64_t> max_pos = config.max_position_embeddings;

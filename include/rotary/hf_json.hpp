@@ -15,7 +15,9 @@
 //     rope_type. A dict's rope_theta wins over the top-level one (transformers 5 keeps it there).
 //     A dict with neither rope_type nor type is default RoPE only when that drops nothing (it is empty
 //     or holds only rope_theta, partial_rotary_factor, mrope_section, mrope_interleaved); one that
-//     sets anything else ({"factor": 4.0}) is an error, as in transformers (KeyError).
+//     sets anything else ({"factor": 4.0}) is an error. transformers 4 raises KeyError on it;
+//     transformers 5 reads it as default RoPE and only warns of the unrecognized keys. rotary does not
+//     guess which scaling was meant.
 //     "rope_scaling": null is default RoPE (it overrides a class default such as gpt-oss's yarn).
 //   * n_embed (Falcon) is read as n_embd.
 //   * Warnings (HfConfig::warnings): keys inside a rope dict that are no rope parameter, and keys
@@ -208,11 +210,12 @@ inline RopeParameters hf_rope_parameters(const hf_json& obj, const std::string& 
     if (legacy->empty()) throw error("\"" + where + "type\" is an empty string: name the rope_type");
     p.rope_type = *legacy;
   } else {
-    // Neither: transformers 4 raises KeyError (its rope init functions have no entry for None); reading
-    // default RoPE would silently drop the scaling the file asks for. Default RoPE is read only when
-    // nothing is dropped: the dict is empty or holds only keys default RoPE reads as well (rope_theta,
-    // partial_rotary_factor, the M-RoPE sections); a factor, or any other key (a misspelt "type"
-    // included), is refused.
+    // Neither. transformers 4 raises KeyError (its rope init functions have no entry for None);
+    // transformers 5 defaults rope_type to "default" and logs the keys default RoPE does not read as
+    // unrecognized. Either way the scaling the file asks for is not applied, and which rule was meant
+    // is a guess, so default RoPE is read only when nothing is dropped: the dict is empty or holds only
+    // keys default RoPE reads as well (rope_theta, partial_rotary_factor, the M-RoPE sections); a
+    // factor, or any other key (a misspelt "type" included), is refused.
     for (const auto& kv : obj.items()) {
       const std::string& k = kv.key();
       if (kv.value().is_null() || k == "rope_theta" || k == "partial_rotary_factor" || k == "mrope_section" ||
@@ -220,8 +223,8 @@ inline RopeParameters hf_rope_parameters(const hf_json& obj, const std::string& 
         continue;
       throw error(concat(name, " names neither \"rope_type\" nor \"type\" but sets \"", k, "\" (",
                          hf_show(kv.value()),
-                         "), which default RoPE would ignore (transformers raises KeyError); add the rope_type it "
-                         "is meant for"));
+                         "), which default RoPE would ignore (transformers 4 raises KeyError, transformers 5 "
+                         "drops it with a warning); add the rope_type it is meant for"));
     }
   }
   const auto theta = hf_get_double(obj, "rope_theta", where);

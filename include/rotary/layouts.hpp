@@ -492,29 +492,20 @@ std::string check_batch_positions(const P& p, std::int64_t batch, std::int64_t s
 }
 
 // What a batched call reads from the caller besides its inputs and what its rotator's source
-// reports: a per-token positions array, cu_seqlens, the start offsets. No output may overlap them.
-inline Extent bytes_extent(const void* p, std::int64_t count, std::size_t element_size) noexcept {
-  if (p == nullptr || count <= 0) return {};
-  const auto lo = reinterpret_cast<std::uintptr_t>(p);
-  return {lo, lo + static_cast<std::uintptr_t>(count) * element_size};
-}
-inline ReadExtents sequence_reads(const SequencePositions& p, std::int64_t total, const CuSeqlens* cu) noexcept {
+// reports: a per-token positions array, read by every dispatch (each reads its own slice, so the
+// whole array is checked here). No output may overlap it. Nothing else needs the check: start
+// offsets are SequencePositions' own copy, and cu_seqlens is read into the lengths before anything
+// is written (an output over it is rotated correctly).
+inline ReadExtents sequence_reads(const SequencePositions& p, std::int64_t total) noexcept {
   ReadExtents r{};
   if (p.kind() == SequencePositions::Kind::per_token)
     r[0] = ReadExtent{"per-token positions", positions_extent(p.token_array(), total)};
-  else
-    r[0] = ReadExtent{"sequence start offsets", bytes_extent(p.start_offsets().data(),
-                                                             static_cast<std::int64_t>(p.start_offsets().size()),
-                                                             sizeof(std::int64_t))};
-  if (cu != nullptr) r[1] = ReadExtent{"cu_seqlens", bytes_extent(cu->data(), cu->count(), cu->element_size())};
   return r;
 }
 // Rotators with positions of their own type: the source's reads() covers them (each dispatch's slice).
 template <class P>
-ReadExtents sequence_reads(const P& /*p*/, std::int64_t /*total*/, const CuSeqlens* cu) noexcept {
-  ReadExtents r{};
-  if (cu != nullptr) r[0] = ReadExtent{"cu_seqlens", bytes_extent(cu->data(), cu->count(), cu->element_size())};
-  return r;
+ReadExtents sequence_reads(const P& /*p*/, std::int64_t /*total*/) noexcept {
+  return {};
 }
 
 // "" or which output of a batched call (q's, k's: each batch view whole, every sequence) shares
@@ -676,7 +667,7 @@ void batch_qk(bool checked, const R& r, const BatchView<const T>& q_in, const Ba
     m = check_batch_positions(pos, s.batch, s.seq);
     if (m.empty())
       m = check_batch_reads_apart(q_out, qn.out, has_k ? &k_out : nullptr, kn.out,
-                                  sequence_reads(pos, s.batch * s.seq, nullptr));
+                                  sequence_reads(pos, s.batch * s.seq));
     return m;
   });
   if (q_in.shape.batch <= 0 || q_in.shape.seq <= 0) return;  // (<= 0: unchecked calls, release builds)
@@ -790,23 +781,27 @@ void varlen_qk(bool checked, const R& r, const T* q_in, const StridedLayout& qil
                const T* k_in, const StridedLayout& kil, T* k_out, const StridedLayout& kol, const CuSeqlens& cu,
                const batch_positions_t<R>& pos, Direction dir, const ParallelFor& parallel) {
   std::vector<std::int64_t> lengths;
+  // The arguments are only copied here; the layouts are checked first below.
+  const KernelArgs<T> a = strided_qk_args(r, q_in, qil, q_out, qol, k_in, kil, k_out, kol, dir);
   // The shapes first (before anything is sized by the token count), then cu_seqlens and the
-  // positions, then the outputs apart from what the call reads besides the source's rows (the driver
-  // checks those: the per-token array it is handed, a caller's table).
+  // positions, then the outputs apart from what the call reads besides the source's rows (checked
+  // with the source below: the per-token array it is handed, a caller's table). All before any write.
   require(checked, [&] {
     std::string m = check_strided_qk_layouts(qil, qol, kil, kol);
-    if (m.empty()) m = check_call(strided_qk_args(r, q_in, qil, q_out, qol, k_in, kil, k_out, kol, dir));
+    if (m.empty()) m = check_call(a);
     if (m.empty()) m = check_cu_seqlens(cu, qil.tokens, lengths);
     if (m.empty()) m = check_batch_positions(pos, lengths, qil.tokens);
-    if (m.empty())
-      m = check_reads_apart(strided_qk_args(r, q_in, qil, q_out, qol, k_in, kil, k_out, kol, dir),
-                            sequence_reads(pos, qil.tokens, &cu), "x");
+    if (m.empty()) m = check_reads_apart(a, sequence_reads(pos, qil.tokens), "x");
     return m;
   });
   if (!checked) check_cu_seqlens(cu, qil.tokens, lengths);  // the lengths, unvalidated in release builds
   const auto plan = allocate_or_refuse("positions", qil.tokens, [&] { return plan_positions(pos, lengths, true); });
-  strided_qk<R, T>(checked, r, q_in, qil, q_out, qol, k_in, kil, k_out, kol,
-                   plan.whole(lengths.empty() ? 0 : lengths.front()), dir, parallel);
+  // The shapes are checked above: only the source's own checks remain (drive would repeat check_call).
+  const auto positions = plan.whole(lengths.empty() ? 0 : lengths.front());
+  rotator_traits<R>::with_rows(r, positions, dir, [&](const auto& src) {
+    require(checked, [&] { return check_source(src, a); });
+    run(src, a, parallel);
+  });
 }
 
 }  // namespace detail

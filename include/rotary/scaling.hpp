@@ -233,6 +233,9 @@ inline void validate(const RopeParameters& p, const ScalingInput& in) {
     if (bf < bs)
       throw error(concat("rope_type 'yarn': beta_fast (", bf, ") must be >= beta_slow (", bs,
                          ") (HF only warns; the ramp would invert)"));
+    // The correction range d*ln(L0/(2*pi*beta)) / (2*ln rope_theta) divides by ln(rope_theta): 0 at 1
+    // (NaN frequencies), negative below 1 (the range inverts and no pair is interpolated). No other
+    // rule takes the logarithm of the base. resolve() relies on this check too.
     if (!(p.rope_theta > 1.0))
       throw error(concat("rope_type 'yarn': rope_theta (", p.rope_theta,
                          ") must be > 1: its correction range divides by ln(rope_theta)"));

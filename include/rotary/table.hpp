@@ -31,6 +31,23 @@
 
 namespace rotary {
 
+namespace detail {
+
+// "" or why no buffer holds a table of `rows` rows, `row_stride` elements apart, each read over its
+// first `width` elements of `element_size` bytes: it spans more than PTRDIFF_MAX bytes, past which
+// its extent and the kernels' row addresses overflow. `name` names the table in the message (the
+// caller's argument: "cos_sin_cache", "cos_cache and sin_cache"). Counts and strides the table's own
+// checks refuse (rows or width <= 0, a negative stride) pass here.
+inline std::string check_table_span(const char* name, std::int64_t rows, std::int64_t row_stride,
+                                    std::int64_t width, std::size_t element_size) {
+  if (rows <= 0 || width <= 0 || row_stride < 0 || span_fits({{rows, row_stride}}, width, element_size))
+    return {};
+  return concat(name, ": ", rows, " rows of ", width, " values (row stride ", row_stride,
+                ") span more than PTRDIFF_MAX bytes: no buffer is that large");
+}
+
+}  // namespace detail
+
 // A caller's cos/sin table, not owned: row r holds the cos and sin of position first_position() + r
 // for pairs j = 0 .. half()-1. E is the element type (f32, f64, f16, bf16). The factories check their
 // arguments and throw rotary::error.
@@ -45,15 +62,15 @@ class CosSinTableView {
   // row r, pair j at cos[r * row_stride + j]; row_stride 0 means half.
   static CosSinTableView separate(const E* cos, const E* sin, std::int64_t rows, std::int64_t half,
                                   std::int64_t row_stride = 0) {
-    return make(cos, sin, rows, half, row_stride == 0 ? half : row_stride, half, "separate");
+    return make(cos, sin, rows, half, row_stride == 0 ? half : row_stride, half, "separate table");
   }
   // One table cos_sin[rows, rotary_dim] = cat(cos, sin) per row (vLLM's cos_sin_cache, and the layout
   // of a rotary CosSinCache); row_stride 0 means rotary_dim.
   static CosSinTableView concatenated(const E* cos_sin, std::int64_t rows, std::int64_t rotary_dim,
                                       std::int64_t row_stride = 0) {
-    const std::int64_t half = half_of(rotary_dim, "concatenated");
+    const std::int64_t half = half_of(rotary_dim, "concatenated table");
     return make(cos_sin, cos_sin == nullptr ? nullptr : cos_sin + half, rows, half,
-                row_stride == 0 ? rotary_dim : row_stride, rotary_dim, "concatenated");
+                row_stride == 0 ? rotary_dim : row_stride, rotary_dim, "concatenated table");
   }
   // HF's duplicated tables cos[rows, rotary_dim] and sin[rows, rotary_dim], each cat(v, v) per row
   // (emb = cat(freqs, freqs)). Only the first half of a row is read, so the factory checks, once,
@@ -61,9 +78,9 @@ class CosSinTableView {
   // layout and is refused rather than half-ignored.
   static CosSinTableView duplicated(const E* cos, const E* sin, std::int64_t rows, std::int64_t rotary_dim,
                                     std::int64_t row_stride = 0) {
-    const std::int64_t half = half_of(rotary_dim, "duplicated");
+    const std::int64_t half = half_of(rotary_dim, "duplicated table");
     CosSinTableView v = make(cos, sin, rows, half, row_stride == 0 ? rotary_dim : row_stride, rotary_dim,
-                             "duplicated");
+                             "duplicated table");
     for (const auto& [table, name] : {std::pair<const E*, const char*>{cos, "cos"}, {sin, "sin"}})
       for (std::int64_t r = 0; r < rows; ++r) {
         const E* row = table + r * v.stride_;
@@ -107,21 +124,24 @@ class CosSinTableView {
   bool concatenated_rows() const noexcept { return rows_ > 0 && sin_ == cos_ + half_; }
 
  private:
-  static std::int64_t half_of(std::int64_t rotary_dim, const char* layout) {
+  // `table` names the factory in messages: "separate table", ...
+  static std::int64_t half_of(std::int64_t rotary_dim, const char* table) {
     if (rotary_dim <= 0 || rotary_dim % 2 != 0)
-      throw error(detail::concat(layout, " table: rotary_dim (", rotary_dim, ") must be even and > 0"));
+      throw error(detail::concat(table, ": rotary_dim (", rotary_dim, ") must be even and > 0"));
     return rotary_dim / 2;
   }
   static CosSinTableView make(const E* cos, const E* sin, std::int64_t rows, std::int64_t half,
-                              std::int64_t stride, std::int64_t width, const char* layout) {
-    if (half <= 0) throw error(detail::concat(layout, " table: half (", half, ") must be > 0"));
-    if (rows < 0) throw error(detail::concat(layout, " table: rows (", rows, ") must be >= 0"));
+                              std::int64_t stride, std::int64_t width, const char* table) {
+    if (half <= 0) throw error(detail::concat(table, ": half (", half, ") must be > 0"));
+    if (rows < 0) throw error(detail::concat(table, ": rows (", rows, ") must be >= 0"));
     if (stride < width)
-      throw error(detail::concat(layout, " table: row_stride (", stride, ") is less than a row's ", width, " values"));
+      throw error(detail::concat(table, ": row_stride (", stride, ") is less than a row's ", width, " values"));
     if (rows > 0 && (cos == nullptr || sin == nullptr))
-      throw error(detail::concat(layout, " table: null cos or sin pointer for ", rows, " rows"));
-    if (rows > 0 && stride > std::numeric_limits<std::int64_t>::max() / rows)
-      throw error(detail::concat(layout, " table: rows x row_stride overflows int64"));
+      throw error(detail::concat(table, ": null cos or sin pointer for ", rows, " rows"));
+    // In bytes, not elements: the rows must fit in PTRDIFF_MAX bytes (which keeps rows x row_stride
+    // within int64 too, E being 2 bytes or more).
+    if (std::string m = detail::check_table_span(table, rows, stride, width, sizeof(E)); !m.empty())
+      throw error(m);
     CosSinTableView v;
     v.cos_ = cos;
     v.sin_ = sin;

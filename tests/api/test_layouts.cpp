@@ -534,10 +534,11 @@ TEST(LayoutsErrors, NameTheArgumentAndValue) {
                {"batch -1"});
 }
 
-// A batched call reads more than its inputs: a per-token positions array, cu_seqlens, a caller's
-// cos/sin table. When the batch folds into one run the caller's array reaches the kernels as it is,
-// so an output over it was overwritten before it was read (wrong rows, out-of-cache reads); the whole
-// call is now checked, every output against every read, before any sequence is written.
+// A batched call reads more than its inputs: a per-token positions array, a caller's cos/sin table.
+// When the batch folds into one run the caller's array reaches the kernels as it is, so an output
+// over it was overwritten before it was read (wrong rows, out-of-cache reads); the whole call is now
+// checked, every output against every read, before any sequence is written. cu_seqlens is read into
+// the sequence lengths before any write: an output over it is no hazard and is accepted.
 TEST(LayoutsErrors, OutputsApartFromWhatTheCallReads) {
   constexpr std::int64_t kD = 8;
   const rotary::Rope<float> rope(rotary::RotarySpec(kD), 256);
@@ -594,21 +595,41 @@ TEST(LayoutsErrors, OutputsApartFromWhatTheCallReads) {
                {"x and the cos table share memory"});
   EXPECT_EQ(x, x0);
 
-  // varlen: cu_seqlens and per-token positions inside the output
+  // varlen: per-token positions inside the output
   const StridedLayout l{80, 1, kD, kD};
-  // cppcheck-suppress invalidPointerCast  ; deliberate: a value array placed inside another buffer
-  auto* cu = reinterpret_cast<std::int32_t*>(x.data() + 70 * kD);
-  const std::int32_t bounds[3] = {0, 40, 80};
-  std::memcpy(cu, bounds, sizeof bounds);
   const std::vector<float> x1 = x;
-  expect_error([&] { rotary::apply_varlen(rope, x.data(), l, rotary::CuSeqlens(cu, 3), SequencePositions::restart()); },
-               {"output of x and cu_seqlens share memory"});
-  expect_error([&] { rotary::apply_varlen(rope, x.data(), l, rotary::CuSeqlens(cu, 3), SequencePositions::starts({0, 5})); },
-               {"cu_seqlens share memory"});
   expect_error([&] { rotary::apply_varlen(rope, x.data(), l, std::vector<std::int32_t>{0, 40, 80},
                                           SequencePositions::per_token(inside)); },
                {"per-token positions share memory"});
   EXPECT_EQ(x, x1);
+  // varlen: cu_seqlens inside the output (int32 and int64 values), in place and out of place. It is
+  // read into the sequence lengths before anything is written, so the call is accepted and gives the
+  // bits of the same call with cu_seqlens in a buffer of its own.
+  const std::vector<std::int32_t> cu32{0, 40, 80};
+  const std::vector<std::int64_t> cu64{0, 40, 80};
+  for (const bool wide : {false, true})
+    for (const bool in_place : {true, false})
+      for (const SequencePositions& p : {SequencePositions::restart(), SequencePositions::starts({0, 5})}) {
+        std::vector<float> got = in_place ? x0 : std::vector<float>(x0.size(), 0.25f);
+        float* const at = got.data() + 70 * kD;  // in the last sequence's rows
+        if (wide)
+          std::memcpy(at, cu64.data(), cu64.size() * sizeof(std::int64_t));
+        else
+          std::memcpy(at, cu32.data(), cu32.size() * sizeof(std::int32_t));
+        // cppcheck-suppress invalidPointerCast  ; deliberate: a value array placed inside another buffer
+        const rotary::CuSeqlens cu = wide ? rotary::CuSeqlens(reinterpret_cast<const std::int64_t*>(at), 3)
+                                          : rotary::CuSeqlens(reinterpret_cast<const std::int32_t*>(at), 3);
+        std::vector<float> want = got;
+        if (in_place) {
+          rotary::apply_varlen(rope, want.data(), l, cu32, p);
+          EXPECT_NO_THROW(rotary::apply_varlen(rope, got.data(), l, cu, p));
+        } else {
+          rotary::apply_varlen(rope, x0.data(), l, want.data(), l, cu32, p);
+          EXPECT_NO_THROW(rotary::apply_varlen(rope, x0.data(), l, got.data(), l, cu, p));
+        }
+        EXPECT_TRUE(same_bits(got, want))
+            << (wide ? "int64" : "int32") << (in_place ? ", in place" : ", out of place");
+      }
 
   // positions held apart from the outputs (here: inside the read-only input) still pass
   std::vector<float> in2 = x0;

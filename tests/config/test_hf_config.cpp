@@ -477,9 +477,11 @@ TEST(HfConfig, YarnNeedsRopeThetaAboveOne) {
   p.factor = 4.0;
   c.rope_scaling = p;
   c.rope_theta = 1.0;
-  expect_error([&] { resolve(c); }, {"rope_theta (1)", "rope_type 'yarn'", "ln(rope_theta)"});
+  // One rule, one message, whichever entry point: resolve() here, scaled_frequencies() (test_scaling).
+  expect_error([&] { resolve(c); },
+               {"rope_type 'yarn': rope_theta (1) must be > 1: its correction range divides by ln(rope_theta)"});
   c.rope_theta = 0.5;
-  expect_error([&] { resolve(c); }, {"rope_theta (0.5)", "rope_type 'yarn'"});
+  expect_error([&] { resolve(c); }, {"rope_type 'yarn': rope_theta (0.5) must be > 1"});
   c.rope_theta = 1.5;  // any base above 1 works
   EXPECT_EQ(resolve(c).params.rope_type, "yarn");
   // A per-layer-type entry carries its own theta.

@@ -105,10 +105,12 @@ TEST(HfJson, LegacyKeysAndNulls) {
 }
 
 TEST(HfJson, RopeDictWithoutTypeIsRefusedUnlessNothingIsLost) {
-  // transformers 4 raises KeyError for a rope_scaling without rope_type/type; reading it as default
-  // RoPE would drop the factor: the 4x extension the file asks for would not be what runs.
+  // transformers 4 raises KeyError for a rope_scaling without rope_type/type; transformers 5 reads it
+  // as default RoPE and only warns. Default RoPE would drop the factor: the 4x extension the file asks
+  // for would not be what runs, so it is refused rather than guessed.
   expect_error([] { parse_hf_config(R"({"model_type": "llama", "rope_scaling": {"factor": 4.0}})"); },
-               {"rope_scaling", "neither \"rope_type\" nor \"type\"", "factor"});
+               {"rope_scaling", "neither \"rope_type\" nor \"type\"", "factor", "transformers 4 raises KeyError",
+                "transformers 5", "add the rope_type"});
   expect_error(
       [] { parse_hf_config(R"({"rope_scaling": {"type": null, "rope_type": null, "factor": 4.0}})"); },
       {"rope_scaling", "neither \"rope_type\" nor \"type\""});

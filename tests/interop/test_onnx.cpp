@@ -228,6 +228,17 @@ TEST(Onnx, Refusals) {
                                                 cache.data(), {50, 4}, out.data(), a);
       },
       {"position_ids [2, 3] must be [1] or [2, 4] (or a scalar, shape [])"});
+  // caches no buffer can hold (2^59 rows x 4 f32 values: 2^63 bytes), refused naming them
+  const std::int64_t rows = std::int64_t{1} << 59;
+  expect_error([&] { call({2, 3, 4, 8}, {rows, 4}, ids.data(), a); },
+               {"onnx::rotary_embedding: cos_cache and sin_cache: 576460752303423488 rows of 4 values",
+                "span more than PTRDIFF_MAX bytes"});
+  expect_error(
+      [&] {
+        rotary::onnx::contrib::rotary_embedding(x.data(), {2, 3, 4, 8}, ids.data(), {1}, cache.data(),
+                                                cache.data(), {rows, 4}, out.data(), a);
+      },
+      {"onnx::contrib::rotary_embedding: cos_cache and sin_cache", "PTRDIFF_MAX"});
   // partial overlap of input and output (not the same buffer) is refused by the driver
   expect_error(
       [&] {

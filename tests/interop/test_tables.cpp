@@ -266,6 +266,39 @@ TEST(Tables, Refusals) {
   rotary_test::expect_error([&] { static_cast<void>(rotary::table_view(listed)); }, {"listed positions"});
 }
 
+// A table's rows must fit in one buffer: at most PTRDIFF_MAX bytes, counted in bytes. rows x row_stride
+// in elements fitting int64 is not enough (the byte extent wrapped, and so did the overlap checks).
+TEST(Tables, SpanBeyondMemoryRefused) {
+  using rotary_test::expect_error;
+  const std::vector<float> f(16, 0.5f);
+  const std::int64_t rows = std::int64_t{1} << 58;  // x 8 values: 2^61 elements, 2^63 bytes of f32
+  expect_error([&] { CosSinTableView<float>::concatenated(f.data(), rows, 8); },
+               {"concatenated table: 288230376151711744 rows of 8 values (row stride 8)",
+                "span more than PTRDIFF_MAX bytes"});
+  expect_error([&] { CosSinTableView<float>::separate(f.data(), f.data() + 8, rows, 8); },
+               {"separate table: 288230376151711744 rows of 8 values (row stride 8)", "PTRDIFF_MAX"});
+  // reading 4 values of each row, the same rows fit: the span ends 4 values past the last row's start
+  // (2^61 - 4 elements), not a whole stride
+  EXPECT_EQ(CosSinTableView<float>::separate(f.data(), f.data() + 4, rows, 4, 8).rows(), rows);
+  // refused before a row is read (duplicated compares every row's halves)
+  expect_error([&] { CosSinTableView<float>::duplicated(f.data(), f.data() + 8, rows, 8); },
+               {"duplicated table: 288230376151711744 rows", "PTRDIFF_MAX"});
+  // the same rows in f16 are 2^62 bytes: they fit (making the view reads nothing)
+  const std::vector<rotary::f16> h(16);
+  EXPECT_EQ(CosSinTableView<rotary::f16>::concatenated(h.data(), rows, 8).rows(), rows);
+  // one row may sit at any stride, two that far apart may not
+  const std::int64_t far = std::int64_t{1} << 61;
+  EXPECT_EQ(CosSinTableView<float>::separate(f.data(), f.data() + 4, 1, 4, far).rows(), 1);
+  expect_error([&] { CosSinTableView<float>::separate(f.data(), f.data() + 4, 2, 4, far); },
+               {"separate table: 2 rows of 4 values (row stride 2305843009213693952)", "PTRDIFF_MAX"});
+  // the helper the compat headers name their arguments with
+  EXPECT_EQ(rotary::detail::check_table_span("cos", rows, 8, 8, sizeof(rotary::f16)), "");
+  EXPECT_EQ(rotary::detail::check_table_span("cos", rows, 8, 8, sizeof(float)),
+            "cos: 288230376151711744 rows of 8 values (row stride 8) span more than PTRDIFF_MAX bytes: no buffer "
+            "is that large");
+  EXPECT_EQ(rotary::detail::check_table_span("cos", 0, far, 8, sizeof(float)), "");
+}
+
 // An output over what the call reads (the caller's table, a positions array) would overwrite values
 // before they are read: refused, with nothing written. Accepted before (the results were wrong).
 TEST(Tables, OutputApartFromTableAndPositions) {

@@ -180,6 +180,7 @@ TEST(Vllm, Refusals) {
   std::vector<float> qr = rotary_test::random_vector<float>(q.size(), rng);
   std::vector<float> kr = rotary_test::random_vector<float>(k.size(), rng);
   const std::vector<float> q0 = qr, k0 = kr;
+  const std::vector<float> small_cache(8, 1.0f);
   const auto call_with_cache = [&](const float* c) {
     rotary::vllm::rotary_embedding(ok.data(), 4, qr.data(), 2, kr.data(), 1, 16, c, 4, 16, true);
   };
@@ -187,6 +188,20 @@ TEST(Vllm, Refusals) {
                {"query overlaps cos_sin_cache", "must not share memory with the cache"});
   expect_error([&] { call_with_cache(qr.data() + 64); }, {"query overlaps cos_sin_cache"});  // q's last 4 heads
   expect_error([&] { call_with_cache(kr.data()); }, {"key overlaps cos_sin_cache"});
+  expect_error(  // without a key
+      [&] {
+        rotary::vllm::rotary_embedding(ok.data(), 4, qr.data(), 2, static_cast<float*>(nullptr), 0, 16,
+                                       qr.data() + 32, 4, 16, true);
+      },
+      {"vllm::rotary_embedding: query overlaps cos_sin_cache", "must not share memory with the cache"});
+  // A cache no buffer can hold (2^58 rows x 8 f32 values: 2^63 bytes) is refused, naming it.
+  expect_error(
+      [&] {
+        rotary::vllm::rotary_embedding(ok.data(), 4, qr.data(), 2, kr.data(), 1, 16, small_cache.data(),
+                                       std::int64_t{1} << 58, 8, true);
+      },
+      {"vllm::rotary_embedding: cos_sin_cache: 288230376151711744 rows of 8 values",
+       "span more than PTRDIFF_MAX bytes"});
   EXPECT_TRUE(rotary_test::same_bits(qr, q0) && rotary_test::same_bits(kr, k0)) << "written before the refusal";
   const std::vector<float> c1 = rotary_test::random_vector<float>(4 * 16, rng, -1.0, 1.0);
   std::vector<float> want = q0;

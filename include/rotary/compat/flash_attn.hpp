@@ -111,9 +111,8 @@ void run_sequences(const char* op, const T* x, T* out, const std::vector<std::in
     throw error(concat(op, ": out overlaps x without being x (in place is out == x)"));
   // Every sequence's call reads cos and sin, and checks x and out but not the table: out shares no
   // memory with either, checked once over the whole tensor before any work.
-  if (!rd::span_fits({{ts.seqlen_ro, ts.half}}, ts.half, sizeof(E)))
-    throw error(concat(op, ": cos/sin (", ts.seqlen_ro, ", ", ts.half, ") span more than PTRDIFF_MAX bytes: no "
-                       "buffer is that large"));
+  if (std::string m = rd::check_table_span("cos and sin", ts.seqlen_ro, ts.half, ts.half, sizeof(E)); !m.empty())
+    throw error(concat(op, ": ", m));
   const rd::Extent written = rd::extent_of(out, starts.back(), nheads, token, headdim, headdim);
   for (const auto& [table, name] : {std::pair<const E*, const char*>{cos, "cos"}, {sin, "sin"}})
     if (rd::overlap(written, rd::extent_of(table, ts.seqlen_ro, 1, ts.half, 0, ts.half)))

@@ -139,10 +139,11 @@ BatchView<T> whole_view(T* p, const Geometry& g) noexcept {
 
 // Before any work, over the whole tensors: run_batches makes one call per batch, and each call checks
 // only its own batch. The output is the input (in place) or disjoint from it, else a batch would read
-// input that an earlier batch's output overwrote; and it shares no memory with the caches, which every
-// batch reads.
+// input that an earlier batch's output overwrote; the caches, cache_rows rows of r/2 values, fit in memory;
+// and the output shares no memory with them, which every batch reads. Returns the caches as a table.
 template <class T>
-void check_output(const T* input, T* output, const Geometry& g, const CosSinTableView<T>& table, const char* op) {
+CosSinTableView<T> checked_table(const T* input, T* output, const Geometry& g, const T* cos_cache,
+                                 const T* sin_cache, std::int64_t cache_rows, const char* op) {
   namespace rd = rotary::detail;
   const BatchView<const T> in = whole_view(input, g);
   const BatchView<T> out = whole_view(output, g);
@@ -150,10 +151,10 @@ void check_output(const T* input, T* output, const Geometry& g, const CosSinTabl
   std::string m = rd::check_batch_view(names.in, in, g.head_dim);
   if (m.empty()) m = rd::check_batch_view(names.out, out, g.head_dim);
   if (m.empty()) m = rd::check_in_out(names, in, out);
+  const std::int64_t half = g.rotary_dim / 2;
+  if (m.empty()) m = rd::check_table_span("cos_cache and sin_cache", cache_rows, half, half, sizeof(T));
   if (!m.empty()) throw error(concat(op, ": ", m));
-  if (!rd::span_fits({{table.rows(), table.row_stride()}}, table.half(), sizeof(T)))
-    throw error(concat(op, ": cos/sin cache spans more than PTRDIFF_MAX bytes (", table.rows(), " rows of ",
-                       table.half(), " values): no buffer is that large"));
+  const auto table = CosSinTableView<T>::separate(cos_cache, sin_cache, cache_rows, half);
   const rd::Extent written = rd::batch_extent(output, out.shape, out.strides);
   for (const auto& [cache, name] :
        {std::pair<const T*, const char*>{table.cos(), "cos_cache"}, {table.sin(), "sin_cache"}}) {
@@ -165,6 +166,7 @@ void check_output(const T* input, T* output, const Geometry& g, const CosSinTabl
                        "; output must not share memory with cos_cache or sin_cache (both are read while "
                        "output is written)"));
   }
+  return table;
 }
 
 // The position ids, checked over the whole call before any batch is written: run_batches rotates one
@@ -246,8 +248,7 @@ void rotary_embedding(const T* input, const std::vector<std::int64_t>& input_sha
   detail::check_cache_width(cache_shape, g.rotary_dim, op);
   const std::int64_t half = g.rotary_dim / 2;
   if (with_ids) {
-    const auto table = CosSinTableView<T>::separate(cos_cache, sin_cache, cache_shape[0], half);
-    detail::check_output(input, output, g, table, op);
+    const auto table = detail::checked_table(input, output, g, cos_cache, sin_cache, cache_shape[0], op);
     detail::check_ids_apart(position_ids, detail::elements({g.batch, g.seq}, "position_ids"), output, g, op);
     detail::check_position_ids(position_ids, g, cache_shape[0], op);
     detail::run_batches(
@@ -257,8 +258,7 @@ void rotary_embedding(const T* input, const std::vector<std::int64_t>& input_sha
     if (cache_shape[0] != g.batch || cache_shape[1] != g.seq)
       throw error(detail::concat(op, ": without position_ids the cos/sin cache ", detail::shape_string(cache_shape),
                                  " must be [batch, seq, rotary_dim / 2] = [", g.batch, ", ", g.seq, ", ", half, "]"));
-    const auto table = CosSinTableView<T>::separate(cos_cache, sin_cache, g.batch * g.seq, half);
-    detail::check_output(input, output, g, table, op);
+    const auto table = detail::checked_table(input, output, g, cos_cache, sin_cache, g.batch * g.seq, op);
     detail::run_batches(
         input, output, g, attrs.interleaved, [&](std::int64_t b) { return table.rows_from(b * g.seq, g.seq); },
         [](std::int64_t) { return Positions::contiguous(0); });
@@ -287,8 +287,7 @@ void rotary_embedding(const T* input, const std::vector<std::int64_t>& input_sha
   if (!start_only && position_ids_shape != std::vector<std::int64_t>{g.batch, g.seq})
     throw error(detail::concat(op, ": position_ids ", detail::shape_string(position_ids_shape), " must be [1] or [",
                                g.batch, ", ", g.seq, "] (or a scalar, shape [])"));
-  const auto table = CosSinTableView<T>::separate(cos_cache, sin_cache, cache_shape[0], g.rotary_dim / 2);
-  detail::check_output(input, output, g, table, op);
+  const auto table = detail::checked_table(input, output, g, cos_cache, sin_cache, cache_shape[0], op);
   detail::check_ids_apart(position_ids, start_only ? 1 : detail::elements({g.batch, g.seq}, "position_ids"),
                           output, g, op);
   if (start_only)

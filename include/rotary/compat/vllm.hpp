@@ -16,6 +16,7 @@
 #define ROTARY_COMPAT_VLLM_HPP
 
 #include <cstdint>
+#include <string>
 #include <tuple>
 
 #include "../apply.hpp"
@@ -45,21 +46,23 @@ void rotary_embedding_strided(const std::int64_t* positions, std::int64_t num_to
     throw error(concat("vllm::rotary_embedding: key is null but num_kv_heads is ", num_kv_heads));
   if (rot_dim <= 0 || rot_dim % 2 != 0)
     throw error(concat("vllm::rotary_embedding: rot_dim (", rot_dim, ") must be even and > 0"));
+  namespace rd = rotary::detail;
+  if (std::string m = rd::check_table_span("cos_sin_cache", max_position, rot_dim, rot_dim, sizeof(E));
+      !m.empty())
+    throw error(concat("vllm::rotary_embedding: ", m));
   const TableRope<T, E> rope(head_size, rot_dim, is_neox ? Pairing::half_split : Pairing::interleaved,
                              CosSinTableView<E>::concatenated(cos_sin_cache, max_position, rot_dim));
   const StridedLayout ql{num_tokens, num_heads, query_token_stride, query_head_stride};
   const StridedLayout kl = key == nullptr ? StridedLayout{num_tokens, 0, 0, 0}
                                           : StridedLayout{num_tokens, num_kv_heads, key_token_stride, key_head_stride};
-  // Query and key are rewritten in place while the cache is read; the driver checks their views, not
-  // the table: neither may share memory with it. Views the driver will refuse are left to it.
-  namespace rd = rotary::detail;
-  if (!rd::span_fits({{max_position, rot_dim}}, rot_dim, sizeof(E)))
-    throw error(concat("vllm::rotary_embedding: cos_sin_cache [", max_position, ", ", rot_dim,
-                       "] spans more than PTRDIFF_MAX bytes: no buffer is that large"));
+  // Query and key are rewritten in place while the cache is read: neither may share memory with it.
+  // The driver refuses that as well, in its own terms ("output of q and the cos table"); this names
+  // the arguments. Views the driver will refuse are left to it; a null key (no key) has none to check.
   const rd::Extent cache = rd::extent_of(cos_sin_cache, max_position, 1, rot_dim, 0, rot_dim);
   for (const auto& [x, l, name] : {std::tuple<const T*, StridedLayout, const char*>{query, ql, "query"},
                                    {key, kl, "key"}})
-    if (rd::check_view(name, x, l.tokens, l.heads, l.token_stride, l.head_stride, head_size).empty() &&
+    if (x != nullptr &&
+        rd::check_view(name, x, l.tokens, l.heads, l.token_stride, l.head_stride, head_size).empty() &&
         rd::overlap(cache, rd::extent_of(x, l.tokens, l.heads, l.token_stride, l.head_stride, head_size)))
       throw error(concat("vllm::rotary_embedding: ", name, " overlaps cos_sin_cache: query and key must not share "
                          "memory with the cache (it is read while they are rotated in place)"));

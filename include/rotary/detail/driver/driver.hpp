@@ -4,9 +4,10 @@
 // A row source gives the driver each token's cos/sin row and owns the checks of its positions:
 //   std::string check(std::int64_t tokens, bool fused) const   "" or what is wrong with the
 //                                                     positions (fused: the call has key heads)
-//   ReadExtents reads(std::int64_t tokens) const       (optional) the caller's memory it reads: a
-//                                                     positions array, a caller's table; no output
-//                                                     may overlap it (checks.hpp)
+//   ReadExtents reads(std::int64_t tokens) const       the caller's memory it reads: a positions
+//                                                     array, a caller's table; no output may
+//                                                     overlap it (checks.hpp). Required, even of a
+//                                                     source that reads none (it returns {}).
 //   static constexpr bool kTable
 //   kTable:  RowSource<C> rows() const                 the kernels read a table directly (a cache)
 //   !kTable: rows are made per block of kBlock tokens:
@@ -293,15 +294,28 @@ void run(const Source& src, KernelArgs<T> a, const ParallelFor& parallel) {
   }
 }
 
-// The caller's memory a source reads (none for sources without reads()).
+// The caller's memory a source reads. Every source must say, even one that reads none: a source
+// without reads() would lose the output-overlap checks silently, so it does not compile.
 template <class S, class = void>
 struct has_reads : std::false_type {};
 template <class S>
-struct has_reads<S, std::void_t<decltype(std::declval<const S&>().reads(std::int64_t{}))>> : std::true_type {};
+struct has_reads<S, std::void_t<decltype(std::declval<const S&>().reads(std::int64_t{}))>>
+    : std::is_same<decltype(std::declval<const S&>().reads(std::int64_t{})), ReadExtents> {};
 template <class Source>
 ReadExtents reads_of(const Source& src, std::int64_t tokens) noexcept {
-  if constexpr (has_reads<Source>::value) return src.reads(tokens);
-  else return {};
+  static_assert(has_reads<Source>::value,
+                "a row source must define `ReadExtents reads(std::int64_t tokens) const`: the caller's memory "
+                "it reads (positions, a caller's table), which no output may overlap; return {} if none");
+  return src.reads(tokens);
+}
+
+// The checks of a call that depend on its row source, after check_call: the source's positions,
+// then the outputs apart from what the source reads. For callers that ran check_call themselves.
+template <class T, class Source>
+std::string check_source(const Source& src, const KernelArgs<T>& a, const char* x_name = "x") {
+  std::string m = src.check(a.tokens, a.k.heads > 0);
+  if (m.empty()) m = check_reads_apart(a, reads_of(src, a.tokens), x_name);
+  return m;
 }
 
 // Validates the call (shapes, then the source's positions, then the outputs apart from what the
@@ -311,8 +325,7 @@ void drive(bool checked, const Source& src, const KernelArgs<T>& a, const Parall
            const char* x_name = "x") {
   require(checked, [&] {
     std::string m = check_call(a, x_name);
-    if (m.empty()) m = src.check(a.tokens, a.k.heads > 0);
-    if (m.empty()) m = check_reads_apart(a, reads_of(src, a.tokens), x_name);
+    if (m.empty()) m = check_source(src, a, x_name);
     return m;
   });
   run(src, a, parallel);
