@@ -32,10 +32,12 @@
 #define ROTARY_FUSION_HPP
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "apply.hpp"
@@ -139,47 +141,102 @@ struct Prologue {
 
 namespace detail {
 
-// Whether two caches' rows share memory. Caches apart, or side by side in the same slot rows (MLA's
-// [latent | k_pe]): O(1). Other interleaved caches that repeat with the same block stride
-// (FlashInfer's [blocks, 2, block_size, heads, D] pages, k and v heads alternating in one slot row):
-// one block of `a` against each block of `b` it can reach (at most three: each cache's block fits its
-// stride), their rows merged in address order, O(block_size x heads) each. Any other overlap counts
-// as shared.
+// floor(x / d) and x - d * floor(x / d), in [0, d), for d > 0 (C++ division truncates toward zero).
+inline std::pair<std::int64_t, std::int64_t> floor_divmod(std::int64_t x, std::int64_t d) noexcept {
+  std::int64_t q = x / d;
+  std::int64_t r = x % d;
+  if (r < 0) {
+    r += d;
+    --q;
+  }
+  return {q, r};
+}
+
+// One block of a cache in bytes: the axes with more than one row ((count, stride), inner first; an
+// axis of one row places nothing and its stride is unchecked), the row length and the block's span.
+struct BlockAxes {
+  std::array<std::pair<std::int64_t, std::int64_t>, 2> axes{};
+  int n = 0;
+  std::int64_t row = 0;
+  std::int64_t span = 0;
+
+  template <class E>
+  explicit BlockAxes(const KvCacheView<E>& c) noexcept {
+    const auto es = static_cast<std::int64_t>(sizeof(E));
+    row = c.head_dim * es;
+    span = row;
+    for (const auto& [count, stride] : {std::pair<std::int64_t, std::int64_t>{c.block_size, c.slot_stride},
+                                        {c.heads, c.head_stride}}) {
+      if (count <= 1) continue;
+      axes[static_cast<std::size_t>(n++)] = {count, stride * es};
+      span += (count - 1) * stride * es;  // the view's span fits PTRDIFF_MAX bytes (checked)
+    }
+    if (n == 2 && axes[0].second > axes[1].second) std::swap(axes[0], axes[1]);
+  }
+  bool same_axes(const BlockAxes& o) const noexcept { return n == o.n && axes == o.axes; }
+};
+
+// Whether a row of one block shares a byte with a row of another block with the same axes, starting
+// `off` bytes after it; rows of la and lb bytes. Exact, at most two candidates per axis:
+// The rows start at L = {sum i_k s_k : 0 <= i_k < n_k} and off + L. Rows at x and off + y share a
+// byte iff -lb < off + y - x < la, so the blocks share one iff off - d is in (-lb, la) for some
+// d = x - y = sum m_k s_k, |m_k| < n_k (every such m_k occurs). Take the outermost axis (n, s) left
+// in the sum; the axes inside it give |d'| <= W = sum (n_k - 1) s_k, so off - m s must lie in
+// (-lb - W, la + W). Each view's rows nest (an axis' stride is at least the span of the axes inside
+// it plus a row of the view), so s >= W + la and s >= W + lb. With off = q s + r, 0 <= r < s:
+// m <= q - 1 gives off - m s >= s >= la + W, m >= q + 2 gives off - m s < -s <= -lb - W; only
+// m = q (off - m s = r) and m = q + 1 (r - s) remain, each if |m| < n, and the same question for
+// the axes inside with r or r - s. Every offset stays within (-s, s) of the axis above: no overflow.
+inline bool block_rows_meet(const BlockAxes& x, int axis, std::int64_t off, std::int64_t la,
+                            std::int64_t lb) noexcept {
+  if (axis < 0) return -lb < off && off < la;
+  const auto [count, stride] = x.axes[static_cast<std::size_t>(axis)];
+  const auto [q, r] = floor_divmod(off, stride);
+  return (q > -count && q < count && block_rows_meet(x, axis - 1, r, la, lb)) ||
+         (q + 1 > -count && q + 1 < count && block_rows_meet(x, axis - 1, r - stride, la, lb));
+}
+
+// Whether two caches' rows share memory (both views checked). Caches apart: O(1). Caches that repeat
+// with the same block stride (FlashInfer's [blocks, 2, block_size, heads, D] pages, k and v heads
+// alternating in one slot row [heads, 2, D], MLA's [latent | k_pe] side by side): a block of b meets
+// at most two blocks of a, found by one division; two blocks of the same slot and head axes (any row
+// lengths, the layouts above) are compared in O(1) (block_rows_meet), others by merging their rows
+// in address order, O(block_size x heads). Any other overlap (block counts or strides that differ)
+// counts as shared.
 template <class E>
 bool caches_share_rows(const KvCacheView<E>& a, const KvCacheView<E>& b) noexcept {
   if (!overlap(a.extent(), b.extent())) return false;
   if (a.blocks != b.blocks || (a.blocks > 1 && a.block_stride != b.block_stride)) return true;
-  if (a.slot_stride == b.slot_stride && a.block_size == b.block_size) {  // O(1): MLA's [latent | k_pe]
-    const auto span = [](const KvCacheView<E>& c) { return (c.heads - 1) * c.head_stride + c.head_dim; };
-    const std::ptrdiff_t delta = b.data - a.data;  // the caches overlap: one buffer
-    const std::int64_t lo = delta >= 0 ? span(a) : span(b);
-    const std::int64_t width = (delta >= 0 ? delta : -delta) + (delta >= 0 ? span(b) : span(a));
-    if ((delta >= 0 ? delta : -delta) >= lo && (a.block_size == 1 || width <= a.slot_stride) &&
-        (a.blocks == 1 || (a.block_size - 1) * a.slot_stride + width <= a.block_stride))
-      return false;  // columns apart in every slot row, and a block of both within the block stride
-  }
-  const auto es = static_cast<std::int64_t>(sizeof(E));
-  const auto block_rows = [](const KvCacheView<E>& c) {
-    return RowSet(c.data, c.head_dim, {{"slot", c.block_size, c.slot_stride}, {"head", c.heads, c.head_stride}});
-  };
-  const RowSet ra = block_rows(a);
-  RowSet rb = block_rows(b);
-  const std::int64_t span_a = ra.span() * es;
-  const std::int64_t span_b = rb.span() * es;
-  // b's block j starts delta - k * period bytes after a's block j + k
+  const BlockAxes xa(a);
+  const BlockAxes xb(b);
+  // b's block j starts delta - k * period bytes after a's block j + k, |k| < blocks; the extents
+  // overlap, so -(b's extent) < delta < a's extent
   const std::int64_t delta = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(b.data) -
                                                        reinterpret_cast<std::uintptr_t>(a.data));
-  const std::int64_t period = a.blocks > 1 ? a.block_stride * es : 0;
-  const std::int64_t reach = a.blocks - 1;
-  for (std::int64_t k = -reach; k <= reach; ++k) {
-    if (period == 0 && k != 0) continue;
-    const std::int64_t off = delta - k * period;
-    if (off >= span_a || off + span_b <= 0) continue;  // these two blocks' spans are apart
+  const auto blocks_meet = [&](std::int64_t off) {
+    if (off >= xa.span || off <= -xb.span) return false;  // these two blocks' spans are apart
+    if (xa.same_axes(xb)) return block_rows_meet(xa, xa.n - 1, off, xa.row, xb.row);
+    const auto block_rows = [](const KvCacheView<E>& c) {
+      return RowSet(c.data, c.head_dim, {{"slot", c.block_size, c.slot_stride}, {"head", c.heads, c.head_stride}});
+    };
+    const RowSet ra = block_rows(a);
+    RowSet rb = block_rows(b);
     rb.base = ra.base + static_cast<std::uintptr_t>(off);
     SharedRows shared;
-    if (first_shared(ra, rb, shared)) return true;
-  }
-  return false;
+    return first_shared(ra, rb, shared);
+  };
+  if (a.blocks == 1) return blocks_meet(delta);
+  // The blocks repeat every period bytes and each fits its period (span <= period, checked). With
+  // delta = q * period + r, 0 <= r < period, b's blocks start r bytes after a's blocks q further on
+  // (k = q) and r - period after those q + 1 further on; k = q - 1 would put them period + r >= span_a
+  // past a's, k = q + 2 end them by r - 2 period + span_b < 0 before. These two are the k of
+  // ceil((delta - span_a + 1) / period) <= k <= floor((delta + span_b - 1) / period), kept if |k| <
+  // blocks; r and r - period need no product k * period.
+  const std::int64_t period = a.block_stride * static_cast<std::int64_t>(sizeof(E));
+  const std::int64_t reach = a.blocks - 1;
+  const auto [q, r] = floor_divmod(delta, period);
+  return (q >= -reach && q <= reach && blocks_meet(r)) ||
+         (q + 1 >= -reach && q + 1 <= reach && blocks_meet(r - period));
 }
 
 // "" or which buffer the call writes (outputs, caches, int8 scales) overlaps which read (positions,
@@ -194,14 +251,12 @@ std::string check_prologue_reads(const Prologue<T, E, W>& c, std::int64_t head_d
                            ? extent_of(c.k_out, tokens, c.k_layout.heads, c.k_out_layout.token_stride,
                                        c.k_out_layout.head_stride, head_dim)
                            : Extent{};
-  constexpr bool written_scales = cache_scales_of<E>() == CacheScales::per_row;
-  const std::pair<const char*, Extent> written[] = {
-      {"q output", q_out},
-      {"k output", k_out},
-      {"k_cache", c.k_cache.extent()},
-      {"v_cache", c.v_cache.extent()},
-      {"k_cache's scales", written_scales ? c.k_cache.scales_extent() : Extent{}},
-      {"v_cache's scales", written_scales ? c.v_cache.scales_extent() : Extent{}}};
+  const std::pair<const char*, Extent> written[] = {{"q output", q_out},
+                                                    {"k output", k_out},
+                                                    {"k_cache", c.k_cache.extent()},
+                                                    {"v_cache", c.v_cache.extent()},
+                                                    {"k_cache's scales", c.k_cache.written_scales_extent()},
+                                                    {"v_cache's scales", c.v_cache.written_scales_extent()}};
   for (const ReadExtent& r : reads) {
     if (r.name == nullptr) continue;
     for (const auto& w : written)
@@ -302,26 +357,27 @@ std::string check_prologue(const Prologue<T, E, W>& c, std::int64_t head_dim, st
     if (cache->data == nullptr) continue;
     const bool k_own = cache == &c.k_cache;
     const char* cname = k_own ? "k_cache" : "v_cache";
-    const auto apart = [&](const char* name, const T* p, const StridedLayout& l, std::int64_t n) {
-      return check_cache_apart(name, p, l, n, cname, *cache);
+    const auto apart = [&](const char* name, const T* p, const StridedLayout& l, std::int64_t n, bool written) {
+      return check_cache_apart(name, p, l, n, cname, *cache, written);
     };
     if (q) {
-      if (std::string m = apart("q output", c.q_out, c.q_out_layout, head_dim); !m.empty()) return m;
+      if (std::string m = apart("q output", c.q_out, c.q_out_layout, head_dim, true); !m.empty()) return m;
     }
     if (k_out) {
-      if (std::string m = apart("k output", c.k_out, c.k_out_layout, head_dim); !m.empty()) return m;
+      if (std::string m = apart("k output", c.k_out, c.k_out_layout, head_dim, true); !m.empty()) return m;
     }
     if (q && !q_in_place) {
-      if (std::string m = apart("q", c.q, c.q_layout, head_dim); !m.empty()) return m;
+      if (std::string m = apart("q", c.q, c.q_layout, head_dim, false); !m.empty()) return m;
     }
     if (k && !k_own) {
-      if (std::string m = apart("k", c.k, c.k_layout, head_dim); !m.empty()) return m;
+      if (std::string m = apart("k", c.k, c.k_layout, head_dim, false); !m.empty()) return m;
     }
     if (v && k_own) {
-      if (std::string m = apart("v", c.v, c.v_layout, c.v_cache.head_dim); !m.empty()) return m;
+      if (std::string m = apart("v", c.v, c.v_layout, c.v_cache.head_dim, false); !m.empty()) return m;
     }
   }
-  // norm weights are read for every row: apart from everything the call writes
+  // norm weights are read for every row: apart from everything the call writes (int8's scales, not
+  // fp8's, which are only read)
   for (const auto& named : {std::pair<const char*, const HeadNorm<W>&>{"q_norm weight", c.q_norm},
                             {"k_norm weight", c.k_norm}}) {
     const char* wname = named.first;  // (not a structured binding: C++17 lambdas cannot capture those)
@@ -347,7 +403,7 @@ std::string check_prologue(const Prologue<T, E, W>& c, std::int64_t head_dim, st
     for (const auto& [cname, cache] : {std::pair<const char*, const KvCacheView<E>&>{"k_cache", c.k_cache},
                                        {"v_cache", c.v_cache}}) {
       if (std::string m = hits(cname, "", cache.extent()); !m.empty()) return m;
-      if (std::string m = hits(cname, "'s scales", cache.scales_extent()); !m.empty()) return m;
+      if (std::string m = hits(cname, "'s scales", cache.written_scales_extent()); !m.empty()) return m;
     }
   }
   if (c.has_k_cache() && c.has_v_cache()) {

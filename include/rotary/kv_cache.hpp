@@ -161,6 +161,10 @@ struct KvCacheView {
     const auto lo = reinterpret_cast<std::uintptr_t>(scales);
     return {lo, lo + static_cast<std::uintptr_t>(n) * sizeof(float)};
   }
+  // The scales a write stores: int8's; fp8's are only read, and may share memory with what is read.
+  detail::Extent written_scales_extent() const noexcept {
+    return cache_scales_of<E>() == CacheScales::per_row ? scales_extent() : detail::Extent{};
+  }
   // First and one-past-last element the view spans.
   detail::Extent extent() const noexcept {
     if (data == nullptr) return {};
@@ -370,14 +374,16 @@ float inverse_head_scale(const KvCacheView<E>& c, std::int64_t h) noexcept {
   else return 1.0f;
 }
 
-// Rows of a view of T ([tokens, heads] rows of head_dim) and a cache must not share memory.
+// Rows of a view of T ([tokens, heads] rows of head_dim) and a cache must not share memory, nor the
+// view and the cache's scales where either is written: int8's scales always, fp8's (only read) when
+// the view is an output of the call (`written`).
 template <class T, class E>
 std::string check_cache_apart(const Name& name, const T* p, const StridedLayout& l, std::int64_t head_dim,
-                              const char* cache_name, const KvCacheView<E>& c) {
+                              const char* cache_name, const KvCacheView<E>& c, bool written = false) {
   const Extent x = extent_of(p, l.tokens, l.heads, l.token_stride, l.head_stride, head_dim);
   if (overlap(x, c.extent()))
     return concat(name, " and ", cache_name, " share memory (the cache must be its own buffer)");
-  if (overlap(x, c.scales_extent()))
+  if (overlap(x, written ? c.scales_extent() : c.written_scales_extent()))
     return concat(name, " and ", cache_name, "'s scales share memory (the scales must be their own buffer)");
   return {};
 }
@@ -396,6 +402,18 @@ std::string check_cache_write(const Name& name, const T* x, const StridedLayout&
     return v;
   if (check_slots) {
     if (std::string s = slots.check(l.tokens, c.slots(), c.block_size); !s.empty()) return s;
+  }
+  // Each token's slot is read again when its rows are written, after the earlier tokens' rows (and
+  // int8 scales): written over the slot values, they would move a later token's slot, unchecked.
+  // (A call of no tokens reads no slot; its sequence count may be anything.)
+  if (l.tokens > 0) {
+    const Extent values = slots.values_extent();
+    if (overlap(values, c.extent()))
+      return concat(cache_name, " and the slots share memory (a token's slot is read after earlier tokens' rows "
+                    "are written)");
+    if (overlap(values, c.written_scales_extent()))
+      return concat(cache_name, "'s scales and the slots share memory (a token's slot is read after earlier "
+                    "tokens' scales are written)");
   }
   return check_cache_apart(name, x, l, c.head_dim, cache_name, c);
 }
@@ -418,7 +436,8 @@ void write_rows(const T* x, const StridedLayout& l, const Slots& slots, const Kv
 
 // The unfused cache write: token t's rows of x ([tokens, cache.heads] rows of cache.head_dim, at
 // the layout's strides) into slot slots[t] of the cache. Checked: shapes, slots (inside the cache,
-// none twice), scales, x apart from the cache.
+// none twice), scales, x apart from the cache and its int8 scales, the slot values (slot_mapping or
+// cache_seqlens) apart from the cache and its int8 scales.
 template <class T, class E>
 void write_kv_cache(const T* x, const StridedLayout& layout, const Slots& slots, const KvCacheView<E>& cache) {
   const std::string m = detail::check_cache_write("x", x, layout, slots, "cache", cache);
