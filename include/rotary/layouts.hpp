@@ -658,6 +658,10 @@ void batch_qk(bool checked, const R& r, const BatchView<const T>& q_in, const Ba
         m = concat("q is ", q_in.shape.batch, " x ", q_in.shape.seq, " but k is ", k_in.shape.batch, " x ",
                    k_in.shape.seq, " (batch x seq)");
     }
+    // No key is both k views empty: a k output with heads to an input of none would stay unrotated.
+    if (m.empty() && !has_k && k_out.shape.heads != 0)
+      m = concat("k input has 0 heads (no key) but k output has ", k_out.shape.heads,
+                 ": for no key, give both 0 heads");
     if (!m.empty()) return m;
     const BatchShape& s = q_in.shape;
     if (s.seq > 0 && s.batch > std::numeric_limits<std::int64_t>::max() / s.seq)

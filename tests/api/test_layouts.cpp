@@ -657,8 +657,18 @@ TEST(LayoutsErrors, NegativeKeyHeadsAreRefused) {
   expect_error([&] { rotary::apply_qk_varlen(rope, q.data(), StridedLayout{4, 1, 8, 8}, k.data(), StridedLayout{4, -1, 8, 8},
                                              std::vector<std::int32_t>{0, 4}, SequencePositions::start(1)); },
                {"k heads (-1) must be >= 0"});
+  // A k input of 0 heads is no key only with a k output of 0 heads: k_out was left unrotated.
+  std::vector<float> k_out(8 * 8, 2.0f);
+  const std::vector<float> k_out0 = k_out;
+  expect_error([&] { rotary::apply_qk_batch(rope, BatchView<const float>(q.data(), Layout::bshd, BatchShape{1, 4, 1, 8}),
+                                            BatchView<float>(q.data(), Layout::bshd, BatchShape{1, 4, 1, 8}),
+                                            BatchView<const float>(k.data(), Layout::bshd, BatchShape{1, 4, 0, 8}),
+                                            BatchView<float>(k_out.data(), Layout::bshd, BatchShape{1, 4, 2, 8}),
+                                            SequencePositions::start(1)); },
+               {"k input has 0 heads (no key) but k output has 2"});
   EXPECT_EQ(q, q0);
   EXPECT_EQ(k, k0);
+  EXPECT_EQ(k_out, k_out0);
 }
 
 // Shapes are checked before anything is computed or allocated from them: batch x seq overflowed
