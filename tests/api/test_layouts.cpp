@@ -617,8 +617,10 @@ TEST(LayoutsErrors, OutputsApartFromWhatTheCallReads) {
         else
           std::memcpy(at, cu32.data(), cu32.size() * sizeof(std::int32_t));
         // cppcheck-suppress invalidPointerCast  ; deliberate: a value array placed inside another buffer
-        const rotary::CuSeqlens cu = wide ? rotary::CuSeqlens(reinterpret_cast<const std::int64_t*>(at), 3)
-                                          : rotary::CuSeqlens(reinterpret_cast<const std::int32_t*>(at), 3);
+        const auto* const at64 = reinterpret_cast<const std::int64_t*>(at);
+        // cppcheck-suppress invalidPointerCast  ; deliberate: a value array placed inside another buffer
+        const auto* const at32 = reinterpret_cast<const std::int32_t*>(at);
+        const rotary::CuSeqlens cu = wide ? rotary::CuSeqlens(at64, 3) : rotary::CuSeqlens(at32, 3);
         std::vector<float> want = got;
         if (in_place) {
           rotary::apply_varlen(rope, want.data(), l, cu32, p);

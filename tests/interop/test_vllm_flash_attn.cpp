@@ -392,6 +392,7 @@ TEST(FlashAttn, OffsetsInsideOutAreReadBeforeAnyWrite) {
   separate.seqlen_offsets = fa::SeqlenOffsets(held, 2);
   fa::apply_rotary_emb(want.data(), want.data(), 2, 1, 1, 4, cos.data(), sin.data(), {8, 2}, separate);
   fa::Options inside;
+  // cppcheck-suppress invalidPointerCast  ; deliberate: a value array placed inside another buffer
   std::int32_t* const offsets = reinterpret_cast<std::int32_t*>(buf.data() + 2);  // NOLINT: the buffer is the test
   inside.seqlen_offsets = fa::SeqlenOffsets(offsets, 2);
   fa::apply_rotary_emb(buf.data(), buf.data(), 2, 1, 1, 4, cos.data(), sin.data(), {8, 2}, inside);
