@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -84,7 +85,9 @@ inline void spin_pause() noexcept {
 //
 // Idle workers spin for up to kSpin after each job (back-to-back calls, a model's layers, find them
 // awake), pausing between checks, then sleep on a condition variable: a pool left idle costs no CPU.
-// Ranges are claimed, not assigned: the caller, done with one, takes the next one no worker has
+// Each thread has its own range (the caller range 0, worker k range k), so back-to-back calls on the
+// same buffers find each part's rows in the cache of the core that rotated them last time; but
+// ranges are claimed, not assigned: a thread done with its own takes any range no other thread has
 // started. So a call whose workers are still waking up (or descheduled) runs on the caller, about
 // as fast as without the pool, rather than waiting for them.
 // One job at a time: a call made while the pool is busy (from another thread, or from inside a body)
@@ -98,10 +101,12 @@ class ThreadPool {
   static constexpr unsigned kMaxThreads = 0xffff;  // ranges are counted in 16 bits
 
   // threads == 0 is taken as 1 (the caller alone: no threads started); at most kMaxThreads.
-  explicit ThreadPool(unsigned threads) : size_(std::min(std::max(threads, 1u), kMaxThreads)) {
+  explicit ThreadPool(unsigned threads)
+      : size_(std::min(std::max(threads, 1u), kMaxThreads)), claims_(new std::atomic<std::uint32_t>[size_]) {
+    for (unsigned i = 0; i < size_; ++i) claims_[i].store(0, std::memory_order_relaxed);
     workers_.reserve(size_ - 1);
     try {
-      for (unsigned i = 1; i < size_; ++i) workers_.emplace_back([this] { work(); });
+      for (unsigned i = 1; i < size_; ++i) workers_.emplace_back([this, i] { work(i); });
     } catch (...) {  // a thread failed to start: stop those that did before giving up
       stop_and_join();
       throw;
@@ -131,7 +136,7 @@ class ThreadPool {
       job_ticket_.store(job, std::memory_order_release);  // publishes the job to the workers
     }
     wake_.notify_all();
-    help(job >> 32);
+    help(static_cast<std::uint32_t>(job >> 32), 0);
     wait_until_done(parts);
     body_ = nullptr;
     std::exception_ptr error = error_;
@@ -142,39 +147,51 @@ class ThreadPool {
 
   // The pool as a ParallelFor (a reference to it: the pool must outlive it).
   ParallelFor parallel_for() {
-    return [this](std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& body) { (*this)(n, body); };
+    return [this](std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& body) {
+      (*this)(n, body);
+    };
   }
 
  private:
-  // Runs ranges of job `generation` until none is left unclaimed. job_ticket_ holds the job's
-  // generation (bits 32-63), its range count (16-31) and the next unclaimed range (0-15) in one
-  // word, so a claim names its job: a worker arriving after its job ended claims nothing, and never
-  // reads the fields of the next.
-  void help(std::uint64_t generation) noexcept {
-    std::uint64_t t = job_ticket_.load(std::memory_order_acquire);
-    for (;;) {
-      const std::uint64_t parts = (t >> 16) & 0xffff;
-      const std::uint64_t next = t & 0xffff;
-      if ((t >> 32) != generation || next >= parts) return;
-      if (!job_ticket_.compare_exchange_weak(t, t + 1, std::memory_order_acq_rel, std::memory_order_acquire))
-        continue;
-      // The job cannot end before this range is done, so its fields stay as published.
-      const auto p = static_cast<std::int64_t>(parts);
-      const auto i = static_cast<std::int64_t>(next);
-      try {
-        (*body_)(split_bound(n_, p, i), split_bound(n_, p, i + 1));
-      } catch (...) {
-        const std::lock_guard<std::mutex> lock(mutex_);
-        if (!error_) error_ = std::current_exception();
-      }
-      if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == p) {
-        // The last range: wake a caller that stopped spinning. Taking the mutex orders this after
-        // the caller's last check of done_, so the notification cannot be lost.
-        { const std::lock_guard<std::mutex> lock(mutex_); }
-        finished_.notify_one();
-        return;
-      }
-      t = job_ticket_.load(std::memory_order_acquire);
+  // Runs ranges of job `generation`: first range `own` (the caller's is 0, worker k's is k), then
+  // any other range no thread has claimed. Each thread thus takes the same part of the tokens on
+  // every call while all are awake (the part's rows stay in its core's cache from call to call,
+  // like OpenMP's static schedule), and a thread still waking up or descheduled loses its range
+  // to the others instead of holding the call up. job_ticket_ holds the generation (bits 32-63)
+  // and the range count (16-31); claims_[i] holds the generation that last claimed range i, so a
+  // claim names its job: a worker arriving after its job ended finds every range of it claimed and
+  // never reads the fields of the next (generations compare modulo 2^32, as serial numbers).
+  void help(std::uint32_t generation, std::uint64_t own) noexcept {
+    const std::uint64_t t = job_ticket_.load(std::memory_order_acquire);
+    if ((t >> 32) != generation) return;
+    const std::uint64_t parts = (t >> 16) & 0xffff;
+    if (own < parts) run_if_claimed(generation, own, parts);
+    for (std::uint64_t i = 0; i < parts; ++i)
+      if (i != own) run_if_claimed(generation, i, parts);
+  }
+
+  void run_if_claimed(std::uint32_t generation, std::uint64_t range, std::uint64_t parts) noexcept {
+    std::atomic<std::uint32_t>& claim = claims_[range];
+    std::uint32_t seen = claim.load(std::memory_order_acquire);
+    for (;;) {  // claimed by this job or (after it ended) a later one: not ours
+      if (static_cast<std::int32_t>(generation - seen) <= 0) return;
+      if (claim.compare_exchange_weak(seen, generation, std::memory_order_acq_rel, std::memory_order_acquire))
+        break;
+    }
+    // The job cannot end before this range is done, so its fields stay as published.
+    const auto p = static_cast<std::int64_t>(parts);
+    const auto i = static_cast<std::int64_t>(range);
+    try {
+      (*body_)(split_bound(n_, p, i), split_bound(n_, p, i + 1));
+    } catch (...) {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      if (!error_) error_ = std::current_exception();
+    }
+    if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == p) {
+      // The last range: wake a caller that stopped spinning. Taking the mutex orders this after
+      // the caller's last check of done_, so the notification cannot be lost.
+      { const std::lock_guard<std::mutex> lock(mutex_); }
+      finished_.notify_one();
     }
   }
 
@@ -192,7 +209,7 @@ class ThreadPool {
     }
   }
 
-  void work() {
+  void work(unsigned own) {
     std::uint64_t seen = 0;  // the last generation this worker helped with
     const auto generation = [this] { return job_ticket_.load(std::memory_order_acquire) >> 32; };
     for (;;) {
@@ -209,7 +226,7 @@ class ThreadPool {
       }
       if (stop_.load(std::memory_order_relaxed)) return;
       seen = g;
-      help(g);
+      help(static_cast<std::uint32_t>(g), own);
     }
   }
 
@@ -227,8 +244,9 @@ class ThreadPool {
   std::mutex mutex_;  // the sleeping paths (wake_, finished_) and error_
   std::condition_variable wake_;
   std::condition_variable finished_;
-  std::atomic<std::uint64_t> job_ticket_{0};  // generation | ranges | next range (help())
-  std::atomic<std::int64_t> done_{0};         // ranges of the current job finished
+  std::unique_ptr<std::atomic<std::uint32_t>[]> claims_;  // per range: the generation that claimed it
+  std::atomic<std::uint64_t> job_ticket_{0};              // generation | ranges (help())
+  std::atomic<std::int64_t> done_{0};                     // ranges of the current job finished
   std::atomic<bool> stop_{false};
   std::atomic<bool> busy_{false};  // a job is running (its caller owns the fields below)
   const std::function<void(std::int64_t, std::int64_t)>* body_ = nullptr;
@@ -245,7 +263,8 @@ inline ParallelFor thread_parallel_for(unsigned threads) {
     std::vector<std::thread> pool;
     pool.reserve(static_cast<std::size_t>(parts - 1));
     for (std::int64_t i = 1; i < parts; ++i)
-      pool.emplace_back([&body, n, parts, i] { body(split_bound(n, parts, i), split_bound(n, parts, i + 1)); });
+      pool.emplace_back(
+          [&body, n, parts, i] { body(split_bound(n, parts, i), split_bound(n, parts, i + 1)); });
     body(0, split_bound(n, parts, 1));
     for (auto& t : pool) t.join();
   };

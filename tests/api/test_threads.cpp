@@ -602,6 +602,38 @@ TEST(ThreadPool, RunsRangesOnItsWorkers) {
   EXPECT_TRUE(other) << "every range ran on the caller in 200 calls";
 }
 
+// Each thread takes its own range first (the caller range 0, worker k range k), on every call, so
+// back-to-back calls over the same buffers find each part in the cache of the core that rotated it
+// last time (on a 2-vCPU Xeon, 16 tokens x 32 x 128 ran 15-20% faster on 2 threads than when the
+// first thread to arrive took range 0). Each range here waits until all three have started, so
+// all three run at once, on three threads, whatever the timing; which thread runs which is then the
+// pool's choice alone.
+TEST(ThreadPool, EachThreadTakesItsOwnRange) {
+  rotary::ThreadPool pool(3);
+  std::vector<std::thread::id> first(3);
+  for (int call = 0; call < 50; ++call) {
+    std::atomic<int> started{0};
+    std::vector<std::thread::id> ids(3);
+    bool together = true;
+    std::mutex m;
+    pool(3, [&](std::int64_t begin, std::int64_t end) {
+      ASSERT_EQ(end, begin + 1);
+      ids[static_cast<std::size_t>(begin)] = std::this_thread::get_id();
+      started.fetch_add(1);
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (started.load() < 3 && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+      const std::lock_guard<std::mutex> lock(m);
+      together = together && started.load() == 3;
+    });
+    ASSERT_TRUE(together) << "call " << call << ": three ranges did not run at once within 10 s";
+    ASSERT_EQ(ids[0], std::this_thread::get_id()) << "call " << call << ": range 0 ran on a worker";
+    ASSERT_NE(ids[1], ids[0]);
+    ASSERT_NE(ids[2], ids[0]);
+    ASSERT_NE(ids[1], ids[2]);
+    if (call == 0) first = ids;
+    EXPECT_EQ(ids, first) << "call " << call << ": a worker ran another worker's range";
+  }
+}
 // 10000 small calls back to back (workers spinning and claiming, or asleep and racing to wake):
 // no deadlock, every index every time.
 TEST(ThreadPool, TenThousandSmallCalls) {
