@@ -128,6 +128,18 @@ CpuName detect() {
     c.uarch = arm_part_name(implementer, part);
   } else {
     c.uarch = x86_uarch(c.vendor, c.family, c.model);
+#if ROTARY_BENCH_CPUID
+    // A hypervisor may report another model number than the silicon's (a 2-vCPU Xeon VM with AMX
+    // said model 0xa7, Rocket Lake, a client core without AMX). AMX tiles and AVX512-FP16 came with
+    // the server cores from Sapphire Rapids on: name that class instead of a model they contradict.
+    unsigned a7 = 0, b7 = 0, c7 = 0, d7 = 0;
+    const bool amx_fp16 = __get_cpuid_count(7, 0, &a7, &b7, &c7, &d7) != 0 && (d7 >> 24 & 1u) != 0 &&
+                          (d7 >> 23 & 1u) != 0;  // AMX-TILE, AVX512-FP16
+    const bool server_amx =
+        c.uarch == "Sapphire Rapids" || c.uarch == "Emerald Rapids" || c.uarch == "Granite Rapids";
+    if (c.vendor == "GenuineIntel" && amx_fp16 && !server_amx)
+      c.uarch = "Sapphire Rapids or later, by its AMX and AVX512-FP16 (the model number is a hypervisor's)";
+#endif
   }
   if (c.vendor.empty()) c.vendor = "unknown vendor";
   if (c.brand.empty()) c.brand = "unknown CPU";
@@ -136,7 +148,43 @@ CpuName detect() {
 
 }  // namespace
 
+namespace {
+
+// Intel family 6: the server cores (and the few client ones with AVX-512) a benchmark may meet.
+std::string intel_uarch(int family, int model) {
+  if (family != 6) return std::string();
+  switch (model) {
+    case 0x55:
+      return "Skylake-SP/Cascade Lake";
+    case 0x6a:
+    case 0x6c:
+      return "Ice Lake-SP";
+    case 0x7d:
+    case 0x7e:
+      return "Ice Lake (client)";
+    case 0x8c:
+    case 0x8d:
+      return "Tiger Lake";
+    case 0xa7:
+      return "Rocket Lake";
+    case 0x8f:
+      return "Sapphire Rapids";
+    case 0xcf:
+      return "Emerald Rapids";
+    case 0xad:
+    case 0xae:
+      return "Granite Rapids";
+    case 0xaf:
+      return "Sierra Forest";
+    default:
+      return std::string();
+  }
+}
+
+}  // namespace
+
 std::string x86_uarch(const std::string& vendor, int family, int model) {
+  if (vendor == "GenuineIntel") return intel_uarch(family, model);
   if (vendor != "AuthenticAMD") return std::string();
   auto in = [model](int lo, int hi) { return model >= lo && model <= hi; };
   switch (family) {

@@ -24,8 +24,9 @@ struct CpuName {
 // The CPU this process runs on (computed once).
 const CpuName& this_cpu();
 
-// The microarchitecture name of an x86 vendor/family/model; "" if unknown (Intel: we print the
-// numbers only, its model numbers map to too many names to keep a table here).
+// The microarchitecture name of an x86 vendor/family/model; "" if unknown (AMD: Zen families;
+// Intel: the server cores and the client cores with AVX-512). this_cpu() overrides an Intel name the
+// CPU's features contradict (a VM's model number).
 std::string x86_uarch(const std::string& vendor, int family, int model);
 
 }  // namespace rotary_bench
