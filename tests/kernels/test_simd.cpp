@@ -13,6 +13,10 @@
 // Set ROTARY_TEST_SEED to replay other random inputs; failures print the seed and the shape.
 #include <gtest/gtest.h>
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#endif
+
 #include <algorithm>
 #include <cinttypes>
 #include <cmath>
@@ -685,6 +689,92 @@ TEST(Dispatch, ApplyUsesEachIsaForF16AndBf16) {
   check_dispatch_dtype<rotary::f16>();
   check_dispatch_dtype<rotary::bf16>();
 }
+
+// ---- the vector registers' upper state after a kernel ----------------------------------------------
+// Every AVX2 / AVX-512 entry point (rotate, RMSNorm rows, KV-cache rows) must return with the upper
+// halves of ymm/zmm 0-15 clean: baseline code (legacy SSE encodings) that runs while they are dirty
+// pays an SSE/AVX transition on its SSE instructions (cpu.hpp: clear_upper_state). g++ puts no
+// vzeroupper before returns at -O0, -O1 and -Os, and at -O3 left it out before the cache-row kernels'
+// tail call; an int8 cache write then ran ~3x slower on a Xeon (Sapphire Rapids or later). XINUSE
+// (xgetbv with ecx = 1) says which state components are not in their initial configuration: bit 2,
+// the upper halves of ymm0-15; bit 6, bits 256-511 of zmm0-15. Skipped where the CPU cannot report
+// it, and in a TU built with AVX enabled (its own code may leave the state dirty before the read).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__AVX__)
+std::uint64_t dirty_upper_state() {
+  unsigned lo = 0;
+  unsigned hi = 0;
+  __asm__ __volatile__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(1));
+  return (std::uint64_t{hi} << 32 | lo) & 0x44u;
+}
+
+bool xinuse_readable() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid_count(0xd, 1, &a, &b, &c, &d) != 0 && ((a >> 2) & 1u) != 0;
+}
+
+template <class T>
+void check_clean_after_kernels(Isa isa) {
+  const std::string where = std::string(rotary::to_string(isa)) + " " + std::string(rotary::dtype_name<T>());
+  std::mt19937_64 rng(5);
+  for (const std::int64_t n : {128, 100}) {  // whole vectors, and a tail
+    std::vector<T> in(static_cast<std::size_t>(3 * n));
+    for (T& v : in) v = rotary::detail::from_compute<T>(static_cast<float>(random_value<float>(rng)));
+    std::vector<T> out(in.size());
+    for (const Pairing p : {Pairing::half_split, Pairing::interleaved}) {
+      const rotary::Rope<T> rope(rotary::RotarySpec(n, p, 10000.0), 8);
+      const rotary::StridedLayout layout{1, 3, 3 * n, n};
+      const KernelArgs<T> a = rotary::detail::make_args(rope, in.data(), layout, out.data(), layout,
+                                                        rotary::Positions::contiguous(5), Direction::forward);
+      kernel_for<T>(isa)(a, 0, 1);
+      EXPECT_EQ(dirty_upper_state(), 0u) << where << " rotate, " << rotary::to_string(p) << ", n " << n;
+    }
+    if constexpr (!std::is_same_v<T, double>) {
+      std::vector<float> weight(static_cast<std::size_t>(n), 1.5f);
+      rotary::detail::NormArgs<T> na;
+      na.in = in.data();
+      na.in_stride = n;
+      na.out = out.data();
+      na.out_stride = n;
+      na.rows = 3;
+      na.n = n;
+      na.weight = weight.data();
+      na.eps = 1e-6;
+      na.inv_n = 1.0 / static_cast<double>(n);
+      rotary::detail::norm_kernel_for<T>(isa)(na);
+      EXPECT_EQ(dirty_upper_state(), 0u) << where << " norm rows, n " << n;
+      std::vector<std::uint16_t> codes(static_cast<std::size_t>(n));
+      float scale = 0.0f;
+      using rotary::detail::CacheCode;
+      for (const CacheCode code : {CacheCode::int8, CacheCode::fp8_e4m3, CacheCode::f16, CacheCode::bf16}) {
+        rotary::detail::CacheRowArgs<T> ca;
+        ca.in = in.data();
+        ca.n = n;
+        ca.out = codes.data();
+        ca.code = code;
+        ca.scale = &scale;
+        ca.inv_scale = 0.5f;
+        rotary::detail::cache_row_kernel_for<T>(isa)(ca);
+        EXPECT_EQ(dirty_upper_state(), 0u)
+            << where << " cache row, code " << static_cast<int>(code) << ", n " << n;
+      }
+    }
+  }
+}
+
+TEST(SimdKernels, ReturnWithTheUpperStateClean) {
+  if (!xinuse_readable()) GTEST_SKIP() << "this CPU does not report XINUSE (xgetbv ecx = 1)";
+  int checked = 0;
+  for (const Isa isa : {Isa::avx2, Isa::avx512}) {
+    if (!rotary::isa_supported(isa)) continue;
+    check_clean_after_kernels<float>(isa);
+    check_clean_after_kernels<double>(isa);
+    check_clean_after_kernels<rotary::f16>(isa);
+    check_clean_after_kernels<rotary::bf16>(isa);
+    ++checked;
+  }
+  if (checked == 0) GTEST_SKIP() << "no AVX2 / AVX-512 kernels on this CPU";
+}
+#endif
 
 // ROTARY_MAX_ISA is read at a process's first dispatch, so each check runs in a fresh process: the
 // threadsafe death-test style re-executes this binary for the statement. Exit code: the active ISA,

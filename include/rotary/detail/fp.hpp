@@ -18,6 +18,16 @@
 
 #include <math.h>  // ::fma, ::fmaf by address
 
+#if defined(__x86_64__) && defined(__SSE2__)
+#include <emmintrin.h>  // strict_sqrt
+#endif
+
+#if defined(__GNUC__)
+#define ROTARY_DETAIL_FP_INLINE inline __attribute__((always_inline))
+#else
+#define ROTARY_DETAIL_FP_INLINE inline
+#endif
+
 namespace rotary::detail {
 
 inline std::uint64_t bits_of(double x) noexcept {
@@ -167,6 +177,19 @@ inline double strict_mul(double a, double b) noexcept { return opaque(opaque(a) 
 inline double strict_div(double a, double b) noexcept { return opaque(opaque(a) / opaque(b)); }
 inline double strict_add(double a, double b) noexcept { return opaque(opaque(a) + opaque(b)); }
 inline double strict_sub(double a, double b) noexcept { return opaque(opaque(a) - opaque(b)); }
+// The square root (IEEE 754: correctly rounded, the bits of std::sqrt), inline at every optimization
+// level: std::sqrt is a libm call at -O0 and -Os (errno), and from inside an AVX kernel that call
+// runs baseline code with the vector registers' upper halves dirty (cpu.hpp: clear_upper_state).
+// On x86-64 the SSE2 intrinsic takes the encoding of the function it is inlined into (VEX in an AVX
+// kernel).
+#if defined(__x86_64__) && defined(__SSE2__)
+ROTARY_DETAIL_FP_INLINE double strict_sqrt(double x) noexcept {
+  const __m128d v = _mm_set_sd(opaque(x));
+  return opaque(_mm_cvtsd_f64(_mm_sqrt_sd(v, v)));
+}
+#else
+inline double strict_sqrt(double x) noexcept { return opaque(std::sqrt(opaque(x))); }
+#endif
 inline long double strict_mul(long double a, long double b) noexcept { return opaque(opaque(a) * opaque(b)); }
 inline long double strict_div(long double a, long double b) noexcept { return opaque(opaque(a) / opaque(b)); }
 inline long double strict_sub(long double a, long double b) noexcept { return opaque(opaque(a) - opaque(b)); }

@@ -89,7 +89,7 @@ struct Int8Row {
   Int8Inv inv;
   bool zeros = true;
 };
-inline Int8Row int8_row(std::uint32_t absmax_bits) noexcept {
+ROTARY_ALWAYS_INLINE Int8Row int8_row(std::uint32_t absmax_bits) noexcept {
   if (absmax_bits >= 0x7f800000u) return {bits_float(0x7fc00000u), {}, true};
   if (absmax_bits == 0) return {0.0f, {}, true};
   const float absmax = bits_float(absmax_bits);
@@ -108,9 +108,13 @@ inline std::uint32_t abs_bits(T x) noexcept {
 }
 
 // Elements [j, a.n) of a cache row by the definitions above (inv: the row's int8 multiplier); the
-// SIMD kernels' tails and the scalar kernel.
+// SIMD kernels' tails and the scalar kernel. Always inlined: compiled out of line (for the TU's
+// baseline, SSE2 without -m flags) g++ 12 tail-called it from the AVX2 / AVX-512 row kernels with a
+// jmp and no vzeroupper, so the kernels returned to baseline code with the upper halves of the
+// vector registers dirty; on a Xeon (Sapphire Rapids or later) each row then cost ~135 ns more
+// (SSE/AVX transitions), an int8 or fp8 cache write ran ~3x slower than with -march=native.
 template <class T>
-inline void cache_codes(const CacheRowArgs<T>& a, Int8Inv inv, std::int64_t j) noexcept {
+ROTARY_ALWAYS_INLINE void cache_codes(const CacheRowArgs<T>& a, Int8Inv inv, std::int64_t j) noexcept {
   for (; j < a.n; ++j) {
     const auto x = static_cast<float>(to_compute(a.in[j]));
     switch (a.code) {
@@ -135,7 +139,8 @@ inline void cache_codes(const CacheRowArgs<T>& a, Int8Inv inv, std::int64_t j) n
 // a row without codes (false: the row is done). inv: the multiplier for cache_codes (the SIMD kernels
 // take rows with inv.wide != 0, all below 3.7e-37, to cache_codes whole).
 template <class T>
-inline bool int8_begin(const CacheRowArgs<T>& a, std::uint32_t absmax_bits, Int8Inv& inv) noexcept {
+ROTARY_ALWAYS_INLINE bool int8_begin(const CacheRowArgs<T>& a, std::uint32_t absmax_bits,
+                                     Int8Inv& inv) noexcept {
   const Int8Row r = int8_row(absmax_bits);
   *a.scale = r.scale;
   inv = r.inv;

@@ -294,6 +294,9 @@ inline constexpr int kMaxRegs = 4;
 inline constexpr std::int64_t kBlockHalfBytes = 0;
 inline constexpr int kBlock = 1;
 
+// After each kernel: vzeroupper (cpu.hpp's clear_upper_state says why).
+inline void leave_kernel() noexcept { clear_upper_state(); }
+
 }  // namespace rotary::detail::avx2
 
 #define ROTARY_DETAIL_KERNELS_SIMD_BODY_ALLOWED

@@ -369,6 +369,9 @@ inline constexpr int kMaxRegs = 8;
 inline constexpr std::int64_t kBlockHalfBytes = 512;
 inline constexpr int kBlock = 8;
 
+// After each kernel: vzeroupper (cpu.hpp's clear_upper_state says why).
+inline void leave_kernel() noexcept { clear_upper_state(); }
+
 }  // namespace rotary::detail::avx512
 
 // ---- kernels ------------------------------------------------------------------------------------
@@ -407,6 +410,7 @@ ROTARY_DETAIL_KERNEL_LINKAGE void rotate_tokens_bf16_integer(const KernelArgs<bf
 ROTARY_DETAIL_KERNEL_LINKAGE void rotate_tokens_bf16_hardware(const KernelArgs<bf16>& a, std::int64_t t0,
                                                               std::int64_t t1) noexcept {
   bf16_hw::rotate_tokens_impl<BF16Hw>(a, t0, t1);
+  leave_kernel();
 }
 #endif
 
@@ -426,6 +430,7 @@ ROTARY_DETAIL_KERNEL_LINKAGE void norm_rows_bf16(const NormArgs<bf16>& a) noexce
 #if ROTARY_AVX512_BF16_KERNELS
   if (cpu_features().avx512bf16) {
     bf16_hw::norm_rows_impl<BF16Hw>(a);
+    leave_kernel();
     return;
   }
 #endif

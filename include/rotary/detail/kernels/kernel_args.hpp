@@ -155,7 +155,7 @@ constexpr int kNormAccumulators = 16;
 
 // The 16 accumulators' sum in that order.
 template <class C>
-inline C reduce_accumulators(const C* acc) noexcept {
+ROTARY_ALWAYS_INLINE C reduce_accumulators(const C* acc) noexcept {
   C s[kNormAccumulators];
   for (int i = 0; i < kNormAccumulators; ++i) s[i] = acc[i];
   for (int w = kNormAccumulators / 2; w >= 1; w /= 2)
@@ -166,11 +166,13 @@ inline C reduce_accumulators(const C* acc) noexcept {
 // factor = 1 / sqrt(sum * (1 / n) + eps), in double (1 / n computed once per call: inv_n), rounded
 // once to the compute type C. The divisions go through strict_div, so value-unsafe flags cannot
 // swap them for reciprocal approximations that would differ between ISAs.
+// Always inlined: the SIMD norm kernels call it once per row, and an out-of-line copy is baseline code
+// (cpu.hpp: clear_upper_state).
 template <class C>
-inline C norm_factor(C sum, double inv_n, double eps) noexcept {
+ROTARY_ALWAYS_INLINE C norm_factor(C sum, double inv_n, double eps) noexcept {
   // strict_add(strict_mul(..)): a compiler contracting sum * inv_n + eps into one fma in the FMA-enabled
   // kernels (and not in the scalar one) would make the ISAs differ in the last bit.
-  return static_cast<C>(strict_div(1.0, std::sqrt(strict_add(strict_mul(static_cast<double>(sum), inv_n), eps))));
+  return static_cast<C>(strict_div(1.0, strict_sqrt(strict_add(strict_mul(static_cast<double>(sum), inv_n), eps))));
 }
 
 // ---- KV-cache rows (kv_cache.hpp) ------------------------------------------------------------------

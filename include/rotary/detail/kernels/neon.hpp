@@ -255,6 +255,9 @@ inline constexpr int kMaxRegs = 8;
 inline constexpr std::int64_t kBlockHalfBytes = 0;
 inline constexpr int kBlock = 1;
 
+// After each kernel: nothing (AArch64 has no upper-state transitions).
+inline void leave_kernel() noexcept {}
+
 }  // namespace rotary::detail::neon
 
 // AdvSIMD needs no target attribute.

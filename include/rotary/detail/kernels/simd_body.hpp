@@ -12,6 +12,8 @@
 //   kBlockHalfBytes   half rows of at least this many bytes take the blocked order (0: never)
 //   kBlock            vectors per block
 //   copy_u16(in, out, n)   n 16-bit elements, bit for bit, nothing outside them touched
+//   leave_kernel()    what the entry points (rotate_tokens, norm_rows, cache_row) run after the
+//                     kernel: x86, clear_upper_state() (cpu.hpp says why); NEON, nothing
 // and per element type a lane-op struct S:
 //   T (storage), C (cos/sin and arithmetic), V, L (lanes), kMasked (masked tails exist),
 //   kInterleavedPairs (interleaved rows via load2/store2 rather than duplicated cos/sin),
@@ -491,6 +493,7 @@ template <class T>
 void rotate_tokens(const KernelArgs<T>& a, std::int64_t t0, std::int64_t t1) noexcept {
   static_assert(is_storage_type_v<T>, "f32, f64, f16 or bf16");
   rotate_tokens_impl<LanesOf<T>>(a, t0, t1);
+  leave_kernel();
 }
 
 // ---- per-head RMSNorm ----------------------------------------------------------------------------
@@ -635,6 +638,7 @@ template <class T>
 void norm_rows(const NormArgs<T>& a) noexcept {
   static_assert(is_storage_type_v<T>, "f32, f64, f16 or bf16");
   norm_rows_impl<LanesOf<T>>(a);
+  leave_kernel();
 }
 
 // ---- KV-cache rows -------------------------------------------------------------------------------
@@ -686,4 +690,5 @@ void cache_row(const CacheRowArgs<T>& a) noexcept {
     scalar::cache_row(a);  // (no double row reaches a 16- or 8-bit cache: kv_cache.hpp refuses it)
   else
     cache_row_impl<LanesOf<T>>(a);
+  leave_kernel();
 }
