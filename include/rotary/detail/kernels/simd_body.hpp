@@ -541,7 +541,8 @@ ROTARY_KERNEL_INLINE void scale_row(const typename S::T* x, typename S::T* y, co
 // is slower: its multiplies wait ~100 cycles for the factor and fill the scheduler, so the next
 // rows cannot start (f32, 128 values, Zen 4: 54 cycles per row, against 46 this way).
 template <class S, int K, int B, bool kWeighted>
-ROTARY_KERNEL_INLINE void norm_rows_batch(const NormArgs<typename S::T>& a, std::int64_t r0) noexcept {
+ROTARY_KERNEL_INLINE void norm_rows_batch(const NormArgs<typename S::T>& a, std::int64_t r0,
+                                          const typename S::C* w) noexcept {
   using C = typename S::C;
   using V = typename S::V;
   using CS = NormLanes<S>;
@@ -552,10 +553,22 @@ ROTARY_KERNEL_INLINE void norm_rows_batch(const NormArgs<typename S::T>& a, std:
     const typename S::T* x = a.in + (r0 + g) * a.in_stride;
     V acc[std::size_t{kVectors}];
     for (int v = 0; v < kVectors; ++v) acc[v] = CS::set1(C(0));
+    if constexpr (S::packed_pairs) {
+      // 32 stored values a load, widened in element order (vectors k and k + 1): the same sums.
+#pragma GCC unroll 8
+      for (int k = 0; k < K; k += 2) {
+        V lo;
+        V hi;
+        S::widen_ordered(S::load_raw(x + std::int64_t{k} * S::L), lo, hi);
+        acc[k % kVectors] = S::fmadd(lo, lo, acc[k % kVectors]);
+        acc[(k + 1) % kVectors] = S::fmadd(hi, hi, acc[(k + 1) % kVectors]);
+      }
+    } else {
 #pragma GCC unroll 16
-    for (int k = 0; k < K; ++k) {
-      const V xv = S::load(x + std::int64_t{k} * S::L);
-      acc[k % kVectors] = S::fmadd(xv, xv, acc[k % kVectors]);
+      for (int k = 0; k < K; ++k) {
+        const V xv = S::load(x + std::int64_t{k} * S::L);
+        acc[k % kVectors] = S::fmadd(xv, xv, acc[k % kVectors]);
+      }
     }
     f[g] = norm_factor(reduce_vectors<S>(acc), a.inv_n, a.eps);
   }
@@ -564,11 +577,27 @@ ROTARY_KERNEL_INLINE void norm_rows_batch(const NormArgs<typename S::T>& a, std:
     const typename S::T* x = a.in + (r0 + g) * a.in_stride;
     typename S::T* y = a.out + (r0 + g) * a.out_stride;
     const V fv = CS::set1(f[g]);
+    if constexpr (S::packed_pairs) {
+      // the even- and odd-indexed values of 32 (a shift and a mask), scaled, rounded back in pairs;
+      // w: the weights de-interleaved the same way
+#pragma GCC unroll 8
+      for (int k = 0; k < K; k += 2) {
+        const auto u = S::load_raw(x + std::int64_t{k} * S::L);
+        V ev = S::mul(S::even(u), fv);
+        V od = S::mul(S::odd(u), fv);
+        if constexpr (kWeighted) {
+          ev = S::mul(ev, CS::load(w + std::int64_t{k} * S::L));
+          od = S::mul(od, CS::load(w + std::int64_t{k + 1} * S::L));
+        }
+        S::store2(y + std::int64_t{k} * S::L, ev, od);
+      }
+    } else {
 #pragma GCC unroll 16
-    for (int k = 0; k < K; ++k) {
-      V v = S::mul(S::load(x + std::int64_t{k} * S::L), fv);
-      if constexpr (kWeighted) v = S::mul(v, CS::load(a.weight + std::int64_t{k} * S::L));
-      S::store(y + std::int64_t{k} * S::L, v);
+      for (int k = 0; k < K; ++k) {
+        V v = S::mul(S::load(x + std::int64_t{k} * S::L), fv);
+        if constexpr (kWeighted) v = S::mul(v, CS::load(w + std::int64_t{k} * S::L));
+        S::store(y + std::int64_t{k} * S::L, v);
+      }
     }
   }
 }
@@ -577,9 +606,25 @@ ROTARY_KERNEL_INLINE void norm_rows_batch(const NormArgs<typename S::T>& a, std:
 template <class S, int K, bool kWeighted>
 ROTARY_KERNEL_INLINE void norm_rows_batches(const NormArgs<typename S::T>& a) noexcept {
   constexpr int kBatch = 4;
+  constexpr bool kSplit = S::packed_pairs && kWeighted;
+  // Packed lanes scale the even- and odd-indexed values of 32 apart: their weights in that order,
+  // per 32 the 16 even-indexed, then the 16 odd-indexed.
+  alignas(64) typename S::C split[kSplit ? std::size_t{K} * S::L : 1];
+  const typename S::C* w = a.weight;
+  if constexpr (kSplit) {
+    static_assert(K % 2 == 0, "whole packed vectors");
+    for (int k = 0; k < K; k += 2) {
+      typename S::V ev;
+      typename S::V od;
+      S::load2(a.weight + std::int64_t{k} * S::L, 2 * S::L, ev, od);
+      NormLanes<S>::store(split + std::int64_t{k} * S::L, ev);
+      NormLanes<S>::store(split + std::int64_t{k + 1} * S::L, od);
+    }
+    w = split;
+  }
   std::int64_t r = 0;
-  for (; r + kBatch <= a.rows; r += kBatch) norm_rows_batch<S, K, kBatch, kWeighted>(a, r);
-  for (; r < a.rows; ++r) norm_rows_batch<S, K, 1, kWeighted>(a, r);
+  for (; r + kBatch <= a.rows; r += kBatch) norm_rows_batch<S, K, kBatch, kWeighted>(a, r, w);
+  for (; r < a.rows; ++r) norm_rows_batch<S, K, 1, kWeighted>(a, r, w);
 }
 
 template <class S, int K>
