@@ -42,6 +42,7 @@
 
 #include "apply.hpp"
 #include "detail/aligned_buffer.hpp"
+#include "detail/cpu.hpp"
 #include "kv_cache.hpp"
 
 namespace rotary {
@@ -506,17 +507,23 @@ struct PrologueKernels {
 // Tokens of a call in chunks: a run of tokens whose cache slots are consecutive in one block (or
 // padding alike) goes through the rotation kernel in one call, its key rows written straight into
 // the cache when nothing comes between (same type, no norm after RoPE). A norm before RoPE writes
-// its rows into the rows RoPE writes, which are then rotated in place while still in L2 (chunks of
-// up to kNormChunkBytes of rows: on Zen 4, 192 KiB made the fused QK-norm + RoPE ~8% faster than
-// 24 KiB, whose per-chunk calls cost more than L1 saved); deinterleaving fills per-thread scratch
-// rows, and steps after RoPE (the L2 norm, a conversion or quantization into the cache) read its
-// rows from scratch rows too, up to kScratchBytes of them per chunk (on Zen 4, f32 -> int8 at 512
-// tokens x 8 kv heads x 128: 16-token chunks, as the cache blocks cut them, were ~7% faster than 4).
+// its rows into the rows RoPE writes, which are then rotated in place while still in cache, in
+// chunks of up to norm_chunk_bytes() of rows. On Zen 4, 192 KiB made the fused QK-norm + RoPE ~8%
+// faster than 24 KiB, whose per-chunk calls cost more than L1 saved; on a Xeon (Sapphire Rapids or
+// later) the second pass over 192 KiB from L2 made f32 ~18% slower than 24-48 KiB from L1 (bf16,
+// bound by its conversions there, the same either way), so Intel CPUs take 32 KiB. No chunk size
+// changes a result: each row is normalized, rounded, then rotated. Deinterleaving fills per-thread
+// scratch rows, and steps after RoPE (the L2 norm, a conversion or quantization into the cache)
+// read its rows from scratch rows too, up to kScratchBytes of them per chunk (on Zen 4, f32 -> int8
+// at 512 tokens x 8 kv heads x 128: 16-token chunks, as the cache blocks cut them, were ~7% faster
+// than 4; on the Xeon, 32 KiB and 128 KiB were the same).
 template <class T, class E, class W>
 class PrologueRunner {
  public:
   static constexpr std::int64_t kScratchBytes = std::int64_t{128} * 1024;
-  static constexpr std::int64_t kNormChunkBytes = std::int64_t{192} * 1024;
+  static std::int64_t norm_chunk_bytes() noexcept {
+    return std::int64_t{cpu_features().genuine_intel ? 32 : 192} * 1024;
+  }
   static constexpr std::int64_t kMaxChunk = 64;  // tokens
 
   // tokens: how many this runner will see (its scratch rows are never longer; at decode, one token's)
@@ -533,7 +540,7 @@ class PrologueRunner {
       return std::clamp<std::int64_t>(budget / std::max<std::int64_t>(bytes, 1), 1, kMaxChunk);
     };
     if (c.q_norm.enabled || c.k_norm.enabled) {
-      chunk_ = tokens_in(kNormChunkBytes, row_bytes(c.q_layout.heads + c.k_layout.heads));
+      chunk_ = tokens_in(norm_chunk_bytes(), row_bytes(c.q_layout.heads + c.k_layout.heads));
     } else if (pre_q_ || pre_k_ || k_scratch_out_) {
       chunk_ = tokens_in(kScratchBytes, row_bytes((pre_q_ ? c.q_layout.heads : 0) + (pre_k_ ? c.k_layout.heads : 0) +
                                                   (k_scratch_out_ ? c.k_layout.heads : 0)));

@@ -23,6 +23,7 @@ struct CpuFeatures {
   bool avx512bw = false;
   bool avx512dq = false;
   bool avx512bf16 = false;
+  bool genuine_intel = false;  // the vendor string (tuning only: PrologueRunner's chunk size)
 
   // The feature sets behind Isa::avx2 and Isa::avx512 (dispatch.hpp).
   bool avx2_set() const noexcept { return avx2 && fma && f16c; }
@@ -48,6 +49,8 @@ inline CpuFeatures detect_cpu_features() noexcept {
   // unsigned in GCC's <cpuid.h>, int in clang's
   const auto max_leaf = static_cast<unsigned>(__get_cpuid_max(0, nullptr));
   if (max_leaf < 1) return f;
+  __cpuid(0, a, b, c, d);
+  f.genuine_intel = b == 0x756e6547u && d == 0x49656e69u && c == 0x6c65746eu;  // "Genu" "ineI" "ntel"
   __cpuid(1, a, b, c, d);
   const bool osxsave = (c >> 27) & 1u;
   const bool avx = (c >> 28) & 1u;
