@@ -861,6 +861,31 @@ TEST(EdgePositions, Int64Limits) {
       {"positions[0] (-9223372036854775808) must be >= 0"});
 }
 
+// A table under the 2^47-byte limit that no address space can hold (2^47 - 2^40 bytes: a 47-bit user
+// address space already holds this program) fails its allocation: rotary::error naming the bytes, not
+// std::bad_alloc. Nothing is touched before the allocation fails, so no page is committed. Not
+// under ASan or TSan, whose allocators report a request this size as an error and abort.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define ROTARY_TEST_ALLOCATOR_ABORTS 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
+#define ROTARY_TEST_ALLOCATOR_ABORTS 1
+#endif
+#endif
+TEST(EdgePositions, CacheTheAllocatorCannotProvideIsRotaryError) {
+#if defined(ROTARY_TEST_ALLOCATOR_ABORTS)
+  GTEST_SKIP() << "a sanitizer's allocator aborts on this request instead of failing it";
+#else
+  const RotarySpec spec(16, Pairing::interleaved);
+  const rotary::Frequencies f = rotary::compute_frequencies(spec);
+  const std::int64_t bytes = (std::int64_t{1} << 47) - (std::int64_t{1} << 40);
+  const std::int64_t rows = bytes / (16 * static_cast<std::int64_t>(sizeof(float)));
+  rotary_test::expect_error([&] { rotary::CosSinCache<float>(f, 0, rows); },
+                            {"cache of 2181843386368 positions x rotary_dim 16 (139637976727552 bytes) could not be "
+                             "allocated"});
+#endif
+}
+
 // Context shifts accept any int64 delta, INT64_MIN and INT64_MAX included: exact against the
 // reference (the rotation by delta theta_j).
 TEST(EdgePositions, ShiftByExtremeDeltas) {
