@@ -17,7 +17,8 @@
 // and per element type a lane-op struct S:
 //   T (storage), C (cos/sin and arithmetic), V, L (lanes), kMasked (masked tails exist),
 //   kInterleavedPairs (interleaved rows via load2/store2 rather than duplicated cos/sin),
-//   packed_pairs (try the load2 policies first while the row fits in registers),
+//   packed_pairs (try the load2 policies first while the row fits in registers; the norm then reads
+//   32 stored values a load: load_raw, even/odd, store2, and widen_ordered for its sums in element order),
 //   load/store of T and load of C (plain, and with a Mask of n lanes when kMasked), mask(n), set1(c)
 //   (F32 and F64: every lane c),
 //   sign(negative) / flip(v, sign) (an exact negation), mul, fmadd(a, b, c) = a*b + c and
