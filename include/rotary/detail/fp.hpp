@@ -22,12 +22,6 @@
 #include <emmintrin.h>  // strict_sqrt
 #endif
 
-#if defined(__GNUC__)
-#define ROTARY_DETAIL_FP_INLINE inline __attribute__((always_inline))
-#else
-#define ROTARY_DETAIL_FP_INLINE inline
-#endif
-
 namespace rotary::detail {
 
 inline std::uint64_t bits_of(double x) noexcept {
@@ -183,7 +177,7 @@ inline double strict_sub(double a, double b) noexcept { return opaque(opaque(a) 
 // On x86-64 the SSE2 intrinsic takes the encoding of the function it is inlined into (VEX in an AVX
 // kernel).
 #if defined(__x86_64__) && defined(__SSE2__)
-ROTARY_DETAIL_FP_INLINE double strict_sqrt(double x) noexcept {
+ROTARY_ALWAYS_INLINE double strict_sqrt(double x) noexcept {
   const __m128d v = _mm_set_sd(opaque(x));
   return opaque(_mm_cvtsd_f64(_mm_sqrt_sd(v, v)));
 }
