@@ -114,7 +114,7 @@ inline std::uint32_t abs_bits(T x) noexcept {
 // vector registers dirty; on a Xeon (Sapphire Rapids or later) each row then cost ~135 ns more
 // (SSE/AVX transitions), an int8 or fp8 cache write ran ~3x slower than with -march=native.
 template <class T>
-ROTARY_ALWAYS_INLINE void cache_codes(const CacheRowArgs<T>& a, Int8Inv inv, std::int64_t j) noexcept {
+ROTARY_ALWAYS_INLINE void cache_codes(const CacheRowArgs<T>& a, const Int8Inv& inv, std::int64_t j) noexcept {
   for (; j < a.n; ++j) {
     const auto x = static_cast<float>(to_compute(a.in[j]));
     switch (a.code) {

@@ -13,7 +13,9 @@
 //   kBlock            vectors per block
 //   copy_u16(in, out, n)   n 16-bit elements, bit for bit, nothing outside them touched
 //   leave_kernel()    what the entry points (rotate_tokens, norm_rows, cache_row) run after the
-//                     kernel: x86, clear_upper_state() (cpu.hpp says why); NEON, nothing
+//                     kernel, and the norm and cache-row kernels before a scalar tail whose helpers
+//                     may be compiled out of line: x86, clear_upper_state() (cpu.hpp says why); NEON,
+//                     nothing
 // and per element type a lane-op struct S:
 //   T (storage), C (cos/sin and arithmetic), V, L (lanes), kMasked (masked tails exist),
 //   kInterleavedPairs (interleaved rows via load2/store2 rather than duplicated cos/sin),
@@ -539,6 +541,7 @@ ROTARY_KERNEL_INLINE void scale_row(const typename S::T* x, typename S::T* y, co
     if (w != nullptr) v = S::mul(v, CS::load(w + j));
     S::store(y + j, v);
   }
+  if (j < n) leave_kernel();  // the scalar tail's conversions may be out of line (cache_row_impl says why)
   for (; j < n; ++j) {
     C v = to_compute(x[j]) * f;
     if (w != nullptr) v = v * w[j];
@@ -665,6 +668,7 @@ ROTARY_KERNEL_INLINE void norm_row_two_pass(const typename S::T* x, typename S::
     }
   C sums[kNormAccumulators];
   for (int v = 0; v < kVectors; ++v) CS::store(sums + v * S::L, acc[v]);
+  if (i < a.n) leave_kernel();  // (as in scale_row)
   for (; i < a.n; ++i) {
     const C xi = to_compute(x[i]);
     sums[i % kNormAccumulators] = fused_multiply_add(xi, xi, sums[i % kNormAccumulators]);
@@ -716,9 +720,11 @@ ROTARY_KERNEL_TARGET void cache_row_impl(const CacheRowArgs<typename S::T>& a) n
     typename CacheOps::Acc acc = CacheOps::zero();
     for (std::int64_t j = 0; j < full; j += L) acc = CacheOps::max_abs(acc, S::load(in + j));
     std::uint32_t m = CacheOps::reduce_max(acc);
+    leave_kernel();  // (the scalar code up to the next vector loop may call out-of-line helpers: below)
     for (std::int64_t j = full; j < a.n; ++j) m = std::max(m, abs_bits(in[j]));
     if (!int8_begin(a, m, inv)) return;
     if (inv.wide != 0.0) {
+      leave_kernel();  // (int8_begin's copies may use vector registers)
       cache_codes(a, inv, 0);
       return;
     }
@@ -736,6 +742,10 @@ ROTARY_KERNEL_TARGET void cache_row_impl(const CacheRowArgs<typename S::T>& a) n
     auto* out = static_cast<bf16*>(a.out);
     for (std::int64_t j = 0; j < full; j += L) BF16::store(out + j, S::load(in + j));
   }
+  // The last n % L values by the scalar definitions, whose helpers (int8_code, fp8_e4m3_code, the
+  // 16-bit conversions, memset) may be compiled out of line for the TU's baseline: compilers put no
+  // vzeroupper before calls at -O1 / -Os, so the upper state is cleared here.
+  leave_kernel();
   cache_codes(a, inv, full);
 }
 
