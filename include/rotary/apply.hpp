@@ -337,7 +337,7 @@ ROTARY_DETAIL_QK_ROWS_MISUSE(apply_qk)
 ROTARY_DETAIL_QK_ROWS_MISUSE(apply_qk_unchecked)
 #undef ROTARY_DETAIL_QK_ROWS_MISUSE
 #undef ROTARY_DETAIL_ROWS_MISUSE
-#undef ROTARY_DETAIL_ROWS_MISUSE_MESSAGE
+// (ROTARY_DETAIL_ROWS_MISUSE_MESSAGE stays defined: XPos's members refuse the same rows with it.)
 
 // ---- compiled once (optional) ----------------------------------------------------------------------
 // A Rope's call paths for each storage type (drivers, checks, row sources), listed like the kernels

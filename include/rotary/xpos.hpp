@@ -191,6 +191,48 @@ class XPos {
   XPosView<T> keys(double center = 0.0) const noexcept { return XPosView<T>(*this, false, center); }
 
   // ---- Eigen rows: (tokens * heads) x head_dim, row-major, outer stride allowed -------------------
+  // Rows that cannot bind (column-major, another element type, const rows written) stop the build
+  // with apply()'s message (the overloads below the macro), not with Eigen's conversion errors.
+#define ROTARY_DETAIL_XPOS_ROWS_MISUSE(name)                                                               \
+  template <class X, std::enable_if_t<detail::unwritable_rows_v<X, T>, int> = 0>                          \
+  void name(X&&, const Positions&, std::int64_t, double = 0.0, Direction = Direction::forward,             \
+            const ParallelFor& = {}) const {                                                               \
+    static_assert(detail::dependent_false_v<X>, ROTARY_DETAIL_ROWS_MISUSE_MESSAGE);                        \
+  }                                                                                                        \
+  template <class In, class Out,                                                                           \
+            std::enable_if_t<detail::is_eigen_v<In> &&                                                     \
+                                 (detail::unreadable_rows_v<In, T> || detail::unwritable_rows_v<Out, T>),  \
+                             int> = 0>                                                                     \
+  void name(In&&, Out&&, const Positions&, std::int64_t, double = 0.0, Direction = Direction::forward,     \
+            const ParallelFor& = {}) const {                                                               \
+    static_assert(detail::dependent_false_v<In>, ROTARY_DETAIL_ROWS_MISUSE_MESSAGE);                       \
+  }
+#define ROTARY_DETAIL_XPOS_QK_ROWS_MISUSE(name)                                                            \
+  template <class Q, class K,                                                                              \
+            std::enable_if_t<detail::is_eigen_v<Q> && detail::is_eigen_v<K> &&                             \
+                                 (detail::unwritable_rows_v<Q, T> || detail::unwritable_rows_v<K, T>),     \
+                             int> = 0>                                                                     \
+  void name(Q&&, K&&, const Positions&, std::int64_t, std::int64_t, double = 0.0,                          \
+            Direction = Direction::forward, const ParallelFor& = {}) const {                               \
+    static_assert(detail::dependent_false_v<Q>, ROTARY_DETAIL_ROWS_MISUSE_MESSAGE);                        \
+  }                                                                                                        \
+  template <class QI, class QO, class KI, class KO,                                                        \
+            std::enable_if_t<detail::is_eigen_v<QI> && detail::is_eigen_v<KI> &&                          \
+                                 (detail::unreadable_rows_v<QI, T> || detail::unwritable_rows_v<QO, T> ||  \
+                                  detail::unreadable_rows_v<KI, T> || detail::unwritable_rows_v<KO, T>),   \
+                             int> = 0>                                                                     \
+  void name(QI&&, QO&&, KI&&, KO&&, const Positions&, std::int64_t, std::int64_t, double = 0.0,            \
+            Direction = Direction::forward, const ParallelFor& = {}) const {                               \
+    static_assert(detail::dependent_false_v<QI>, ROTARY_DETAIL_ROWS_MISUSE_MESSAGE);                       \
+  }
+  ROTARY_DETAIL_XPOS_ROWS_MISUSE(apply_q)
+  ROTARY_DETAIL_XPOS_ROWS_MISUSE(apply_k)
+  ROTARY_DETAIL_XPOS_ROWS_MISUSE(apply_q_unchecked)
+  ROTARY_DETAIL_XPOS_ROWS_MISUSE(apply_k_unchecked)
+  ROTARY_DETAIL_XPOS_QK_ROWS_MISUSE(apply_qk)
+  ROTARY_DETAIL_XPOS_QK_ROWS_MISUSE(apply_qk_unchecked)
+#undef ROTARY_DETAIL_XPOS_QK_ROWS_MISUSE
+#undef ROTARY_DETAIL_XPOS_ROWS_MISUSE
 
   void apply_q(RowsRef<T> x, const Positions& positions, std::int64_t heads, double center = 0.0,
                Direction dir = Direction::forward, const ParallelFor& parallel = {}) const {

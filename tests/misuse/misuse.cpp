@@ -28,6 +28,13 @@ void call() {
   rotary::apply_qk_unchecked(rope, x, y, pos, 1, 1);
   const rotary::CosSinCache<double> cache(rotary::compute_frequencies(rope.spec()), 4);
   (void)cache;
+  const rotary::XPos<float> xpos(rotary::RotarySpec(8, rotary::Pairing::half_split, 10000.0));
+  xpos.apply_q(x, pos, 1);
+  xpos.apply_k(column_major, y, pos, 1, 2.0);  // read-only rows of another layout are copied
+  xpos.apply_q_unchecked(x, pos, 1);
+  xpos.apply_qk(x, y, pos, 1, 1);
+  xpos.apply_qk(column_major, x, column_major, y, pos, 1, 1);
+  xpos.apply_qk_unchecked(x, y, pos, 1, 1, 1.0, rotary::Direction::inverse);
 #elif ROTARY_MISUSE_CASE == 1  // Eigen's default matrix is column-major
   Eigen::MatrixXf x = Eigen::MatrixXf::Zero(2, 8);
   rotary::apply(rope, x, pos, 1);
@@ -49,6 +56,20 @@ void call() {
 #elif ROTARY_MISUSE_CASE == 6  // a half-precision table
   const rotary::CosSinCache<Eigen::half> cache(rotary::compute_frequencies(rope.spec()), 4);
   (void)cache;
+#elif ROTARY_MISUSE_CASE == 7  // xPos member: column-major rows rotated in place
+  const rotary::XPos<float> xpos(rotary::RotarySpec(8, rotary::Pairing::half_split, 10000.0));
+  Eigen::MatrixXf x = Eigen::MatrixXf::Zero(2, 8);
+  xpos.apply_k(x, pos, 1);
+#elif ROTARY_MISUSE_CASE == 8  // xPos member: const q rotated in place (unchecked fused)
+  const rotary::XPos<float> xpos(rotary::RotarySpec(8, rotary::Pairing::half_split, 10000.0));
+  const RowMatrix<float> q = RowMatrix<float>::Zero(2, 8);
+  RowMatrix<float> k = q;
+  xpos.apply_qk_unchecked(q, k, pos, 1, 1);
+#elif ROTARY_MISUSE_CASE == 9  // xPos member: double output rows, float xPos
+  const rotary::XPos<float> xpos(rotary::RotarySpec(8, rotary::Pairing::half_split, 10000.0));
+  const RowMatrix<float> x = RowMatrix<float>::Zero(2, 8);
+  RowMatrix<double> out = RowMatrix<double>::Zero(2, 8);
+  xpos.apply_q(x, out, pos, 1);
 #endif
 }
 
