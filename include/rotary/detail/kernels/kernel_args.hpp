@@ -115,12 +115,8 @@ struct KernelArgs {
   CosSin<C> cos_sin_row(std::int64_t t) const noexcept { return rows.row(t); }
 };
 
-// The rows of a call's token t: q's heads, then k's. Kernels copy this into locals so that their
-// stores never force reloads of the KernelArgs, and walk it per stream,
-//   for (int i = 0; i < Rows<T>::kStreams; ++i) { const StreamArgs<T>& s = rows.stream(i); ... }
-// with head h's rows at s.in_row(t, 0) + h * s.in_head_stride (and likewise out): one multiply per
-// token and stream, no branch per head. (A loop over q's heads then k's as one index, each row
-// looked up by index, cost f32 decode (1 token x 32 heads x 128) ~25% on an Intel Xeon VM.)
+// The two streams of a call (q's heads, then k's). Kernels copy this into locals so that their
+// stores never force reloads of the KernelArgs.
 template <class T>
 struct Rows {
   static constexpr int kStreams = 2;
@@ -128,6 +124,50 @@ struct Rows {
   StreamArgs<T> k;
   explicit Rows(const KernelArgs<T>& a) noexcept : q(a.q), k(a.k) {}
   const StreamArgs<T>& stream(int i) const noexcept { return i == 0 ? q : k; }
+};
+
+// Token t's rows in order, q's heads then k's:
+//   for (TokenRows<T> w(rows, t); w.next();) { w.in() ... w.out() ... }
+// Each step adds the head strides; a stream's first row takes one multiply. (Looking each row up by
+// one head index over both streams, a branch and two multiplies per head, cost f32 decode (1 token x
+// 32 heads x 128) ~25% on an Intel Xeon VM.)
+template <class T>
+class TokenRows {
+ public:
+  TokenRows(const Rows<T>& rows, std::int64_t t) noexcept : rows_(rows), t_(t) {}
+  // To the next row; false after the last.
+  bool next() noexcept {
+    if (++head_ < heads_) {
+      in_ += in_stride_;
+      out_ += out_stride_;
+      return true;
+    }
+    while (++stream_ < Rows<T>::kStreams) {
+      const StreamArgs<T>& s = rows_.stream(stream_);
+      if (s.heads == 0) continue;  // (an absent stream's pointers may be null)
+      heads_ = s.heads;
+      head_ = 0;
+      in_ = s.in_row(t_, 0);
+      out_ = s.out_row(t_, 0);
+      in_stride_ = s.in_head_stride;
+      out_stride_ = s.out_head_stride;
+      return true;
+    }
+    return false;
+  }
+  const T* in() const noexcept { return in_; }
+  T* out() const noexcept { return out_; }
+
+ private:
+  const Rows<T>& rows_;
+  std::int64_t t_;
+  int stream_ = -1;
+  std::int64_t head_ = 0;
+  std::int64_t heads_ = 0;
+  const T* in_ = nullptr;
+  T* out_ = nullptr;
+  std::ptrdiff_t in_stride_ = 0;
+  std::ptrdiff_t out_stride_ = 0;
 };
 
 // ---- per-head RMSNorm (fusion.hpp) ----------------------------------------------------------------

@@ -65,15 +65,9 @@ void rotate_tokens(const KernelArgs<T>& a, std::int64_t t0, std::int64_t t1) noe
   const Rows<T> rows(a);
   for (std::int64_t t = t0; t < t1; ++t) {
     const CosSin<C> cs = a.cos_sin_row(t);
-    for (int si = 0; si < Rows<T>::kStreams; ++si) {
-      const StreamArgs<T>& st = rows.stream(si);
-      if (st.heads == 0) continue;  // (an absent stream's pointers may be null)
-      for (std::int64_t head = 0; head < st.heads; ++head) {
-        const T* in = st.in_row(t, 0) + head * st.in_head_stride;
-        T* out = st.out_row(t, 0) + head * st.out_head_stride;
-        rotate_row<T>(a.pairing, cs, h, sign, in, out);
-        copy_tail(in, out, a.rotary_dim, a.head_dim);
-      }
+    for (TokenRows<T> w(rows, t); w.next();) {
+      rotate_row<T>(a.pairing, cs, h, sign, w.in(), w.out());
+      copy_tail(w.in(), w.out(), a.rotary_dim, a.head_dim);
     }
   }
 }

@@ -372,19 +372,13 @@ ROTARY_KERNEL_TARGET void rotate_registers(const KernelArgs<typename P::T>& a, s
     if constexpr (S::kMasked) {
       if (rest > 0) k[K] = P::coef(cs, kFull, neg, m);
     }
-    for (int si = 0; si < Rows<T>::kStreams; ++si) {
-      const StreamArgs<T>& st = rows.stream(si);
-      if (st.heads == 0) continue;  // (an absent stream's pointers may be null)
-      const T* in0 = st.in_row(t, 0);
-      T* out0 = st.out_row(t, 0);
-      for (std::int64_t head = 0; head < st.heads; ++head) {
-        const T* in = in0 + head * st.in_head_stride;
-        T* out = out0 + head * st.out_head_stride;
+    for (TokenRows<T> w(rows, t); w.next();) {
+      const T* in = w.in();
+      T* out = w.out();
 #pragma GCC unroll 16
-        for (int i = 0; i < K; ++i) P::step(in, out, h, std::int64_t{i} * P::kPairs, k[i]);
-        if (rest > 0) tail_step<P>(in, out, cs, h, kFull, k[K], m, sign);
-        if (pass > 0 && in != out) copy_pass_through<S>(in + a.rotary_dim, out + a.rotary_dim, pass);
-      }
+      for (int i = 0; i < K; ++i) P::step(in, out, h, std::int64_t{i} * P::kPairs, k[i]);
+      if (rest > 0) tail_step<P>(in, out, cs, h, kFull, k[K], m, sign);
+      if (pass > 0 && in != out) copy_pass_through<S>(in + a.rotary_dim, out + a.rotary_dim, pass);
     }
   }
 }
@@ -407,29 +401,23 @@ ROTARY_KERNEL_TARGET void rotate_stream(const KernelArgs<typename P::T>& a, std:
   constexpr std::int64_t kBlockPairs = std::int64_t{kBlock} * P::kPairs;
   for (std::int64_t t = t0; t < t1; ++t) {
     const CosSin<C> cs = a.cos_sin_row(t);
-    for (int si = 0; si < Rows<T>::kStreams; ++si) {
-      const StreamArgs<T>& st = rows.stream(si);
-      if (st.heads == 0) continue;  // (an absent stream's pointers may be null)
-      const T* in0 = st.in_row(t, 0);
-      T* out0 = st.out_row(t, 0);
-      for (std::int64_t head = 0; head < st.heads; ++head) {
-        const T* in = in0 + head * st.in_head_stride;
-        T* out = out0 + head * st.out_head_stride;
-        std::int64_t j = 0;
-        if constexpr (P::kBlocked && kBlockHalfBytes > 0) {
-          if (h * static_cast<std::int64_t>(sizeof(T)) >= kBlockHalfBytes) {
-            for (; j + kBlockPairs <= full; j += kBlockPairs) P::template block<kBlock>(in, out, h, j, cs, neg);
-          }
+    for (TokenRows<T> w(rows, t); w.next();) {
+      const T* in = w.in();
+      T* out = w.out();
+      std::int64_t j = 0;
+      if constexpr (P::kBlocked && kBlockHalfBytes > 0) {
+        if (h * static_cast<std::int64_t>(sizeof(T)) >= kBlockHalfBytes) {
+          for (; j + kBlockPairs <= full; j += kBlockPairs) P::template block<kBlock>(in, out, h, j, cs, neg);
         }
-        for (; j < full; j += P::kPairs) P::step(in, out, h, j, P::coef(cs, j, neg));
-        if (rest > 0) {
-          if constexpr (S::kMasked)
-            P::step(in, out, h, full, P::coef(cs, full, neg, m), m);
-          else
-            scalar_pairs<P>(in, out, cs, full, h, sign);
-        }
-        if (pass > 0 && in != out) copy_pass_through<S>(in + a.rotary_dim, out + a.rotary_dim, pass);
       }
+      for (; j < full; j += P::kPairs) P::step(in, out, h, j, P::coef(cs, j, neg));
+      if (rest > 0) {
+        if constexpr (S::kMasked)
+          P::step(in, out, h, full, P::coef(cs, full, neg, m), m);
+        else
+          scalar_pairs<P>(in, out, cs, full, h, sign);
+      }
+      if (pass > 0 && in != out) copy_pass_through<S>(in + a.rotary_dim, out + a.rotary_dim, pass);
     }
   }
 }
