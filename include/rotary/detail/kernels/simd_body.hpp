@@ -731,7 +731,7 @@ ROTARY_KERNEL_TARGET void cache_row_impl(const CacheRowArgs<typename S::T>& a) n
     for (std::int64_t j = 0; j < full; j += L) BF16::store(out + j, S::load(in + j));
   }
   // The last n % L values by the scalar definitions, whose helpers (int8_code, fp8_e4m3_code, the
-  // 16-bit conversions, memset) may be compiled out of line for the TU's baseline: compilers put no
+  // 16-bit conversions, memset) may be compiled out of line for the TU's baseline: g++ puts no
   // vzeroupper before calls at -O1 / -Os, so the upper state is cleared here.
   leave_kernel();
   cache_codes(a, inv, full);
