@@ -732,8 +732,8 @@ ROTARY_KERNEL_TARGET void cache_row_impl(const CacheRowArgs<typename S::T>& a) n
   }
   // The last n % L values by the scalar definitions, whose helpers (int8_code, fp8_e4m3_code, the
   // 16-bit conversions, memset) may be compiled out of line for the TU's baseline: g++ puts no
-  // vzeroupper before calls at -O1 / -Os, so the upper state is cleared here.
-  leave_kernel();
+  // vzeroupper before calls at -O1 / -Os, so the upper state is cleared here when there is a tail.
+  if (full < a.n) leave_kernel();
   cache_codes(a, inv, full);
 }
 
