@@ -543,6 +543,70 @@ void check_rounding_all_isas() {
 TEST(SimdRounding, F16StoresRoundLikeConvertHpp) { check_rounding_all_isas<rotary::f16>(); }
 TEST(SimdRounding, Bf16StoresRoundLikeConvertHpp) { check_rounding_all_isas<rotary::bf16>(); }
 
+// ---- rows asked for ahead -----------------------------------------------------------------------
+
+// Which calls ask for rows ahead (KernelArgs::prefetch): gapped rows beyond the caches only.
+TEST(PrefetchRows, OnlyGappedRowsBeyondTheCaches) {
+  using rotary::detail::prefetch_pays;
+  using B = rotary::bf16;
+  const rotary::detail::RowSpan none{0, 0, 0};
+  // DeepSeek's 64-value rope slices of 128 heads x 192: 512 tokens (25 MB) yes, 16 (0.8 MB) no
+  EXPECT_TRUE((prefetch_pays<B>(512, 64, {128, 128 * 192, 192}, none)));
+  EXPECT_FALSE((prefetch_pays<B>(16, 64, {128, 128 * 192, 192}, none)));
+  // contiguous [T, 32, 128] rows: left to the hardware at any size; also as k with q absent
+  EXPECT_FALSE((prefetch_pays<B>(8192, 128, {32, 32 * 128, 128}, {8, 8 * 128, 128})));
+  EXPECT_FALSE((prefetch_pays<B>(8192, 128, none, {8, 8 * 128, 128})));
+  // half of each 128-value head rotated (one line skipped per bf16 row), k's rows gapped, q's not
+  EXPECT_TRUE((prefetch_pays<B>(512, 64, {32, 32 * 128, 128}, none)));
+  EXPECT_TRUE((prefetch_pays<B>(512, 128, {32, 32 * 128, 128}, {8, 8 * 256, 256})));
+  // a gap shorter than a line does not count; one head per token has no rows to step along
+  EXPECT_FALSE((prefetch_pays<B>(512, 128, {32, 32 * 144, 144}, none)));
+  EXPECT_FALSE((prefetch_pays<B>(100000, 64, {1, 576, 576}, none)));
+}
+
+// 16-bit rope slices of 2.4 MB take rotate_stream with rows asked for 16 ahead: the last rows' hints
+// point past the tensor, which ends at a guard page, and must not fault; every ISA gives the scalar
+// kernel's bits.
+template <class T>
+void check_prefetched_rows(Pairing pairing) {
+  const std::int64_t tokens = 96, heads = 64, nope = 128, rope = 64, d = nope + rope;
+  const auto n = static_cast<std::size_t>(tokens * heads * d);
+  ASSERT_TRUE((rotary::detail::prefetch_pays<T>(tokens, rope, {heads, heads * d, d}, {0, 0, 0})));
+  rotary_test::GuardedBuffer<T> x(n, rotary_test::Flush::end);
+  std::mt19937_64 rng(base_seed() ^ 0x5eedu);
+  std::vector<T> start(n);
+  for (T& v : start) v = T(static_cast<float>(static_cast<double>(rng() >> 11) * 0x1.0p-50 - 4.0));
+  const rotary::Rope<T> r(rotary::RotarySpec(rope, pairing), 4096);
+  const rotary::StridedLayout l{tokens, heads, heads * d, d};
+  const auto pos = rotary::Positions::contiguous(3000);
+  std::vector<T> want;
+  for (const Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512}) {
+    if (!rotary::isa_supported(isa)) continue;
+    IsaScope scope(isa);
+    std::copy(start.begin(), start.end(), x.data());
+    rotary::apply_strided(r, x.data() + nope, l, pos);
+    if (isa == Isa::scalar) {
+      want.assign(x.data(), x.data() + n);
+      continue;
+    }
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < n; ++i) differ += to_bits(x.data()[i]) != to_bits(want[i]) ? 1 : 0;
+    EXPECT_EQ(differ, 0u) << rotary::to_string(isa) << " " << rotary::to_string(pairing);
+  }
+  std::size_t moved = 0;
+  for (std::size_t i = 0; i < n; ++i) moved += to_bits(want[i]) != to_bits(start[i]) ? 1 : 0;
+  EXPECT_GT(moved, n / 4);  // the slices were rotated (a third of the values)
+}
+
+TEST(PrefetchRows, Bf16SlicesMatchScalarAtTheGuardPage) {
+  check_prefetched_rows<rotary::bf16>(Pairing::half_split);
+  check_prefetched_rows<rotary::bf16>(Pairing::interleaved);
+}
+TEST(PrefetchRows, F16SlicesMatchScalarAtTheGuardPage) {
+  check_prefetched_rows<rotary::f16>(Pairing::half_split);
+  check_prefetched_rows<rotary::f16>(Pairing::interleaved);
+}
+
 // AVX512_BF16's vcvtneps2bf16 against the integer rounding the other bf16 kernels use: the same bits
 // for every probe, NaN payloads included (both compute (u >> 16) | 0x40), and for the bit-exact sweep
 // and guard-page shapes (run for both in SimdVsScalar.*bf16_avx512* and test_guard_pages' kernels row).

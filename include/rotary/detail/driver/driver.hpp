@@ -123,6 +123,8 @@ KernelArgs<T> call_args(std::int64_t head_dim, std::int64_t rotary_dim, Pairing 
   a.rotary_dim = rotary_dim;
   a.pairing = pairing;
   a.inverse = dir == Direction::inverse;
+  a.prefetch = prefetch_pays<T>(tokens, rotary_dim, {q.heads, q.in_token_stride, q.in_head_stride},
+                                {k.heads, k.in_token_stride, k.in_head_stride});
   return a;
 }
 

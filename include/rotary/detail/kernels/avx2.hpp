@@ -293,6 +293,9 @@ struct CacheOps {
 inline constexpr int kMaxRegs = 4;
 inline constexpr std::int64_t kBlockHalfBytes = 0;
 inline constexpr int kBlock = 1;
+// 16-bit gapped rows of calls that exceed the caches: rows asked for ahead as in avx512.hpp (the
+// same bf16 mla_rope on this kernel set, Xeon VM: 2025-2051 -> 1554-1636 us).
+inline constexpr int kPrefetchRows16 = 16;
 
 // After each kernel: vzeroupper (cpu.hpp's clear_upper_state says why).
 inline void leave_kernel() noexcept { clear_upper_state(); }
