@@ -545,7 +545,7 @@ TEST(SimdRounding, Bf16StoresRoundLikeConvertHpp) { check_rounding_all_isas<rota
 
 // ---- rows asked for ahead -----------------------------------------------------------------------
 
-// Which calls ask for rows ahead (KernelArgs::prefetch): gapped rows beyond the caches only.
+// Which calls ask for rows ahead (KernelArgs::prefetch): gapped 16-bit rows beyond the caches only.
 TEST(PrefetchRows, OnlyGappedRowsBeyondTheCaches) {
   using rotary::detail::prefetch_pays;
   using B = rotary::bf16;
@@ -553,6 +553,7 @@ TEST(PrefetchRows, OnlyGappedRowsBeyondTheCaches) {
   // DeepSeek's 64-value rope slices of 128 heads x 192: 512 tokens (25 MB) yes, 16 (0.8 MB) no
   EXPECT_TRUE((prefetch_pays<B>(512, 64, {128, 128 * 192, 192}, none)));
   EXPECT_FALSE((prefetch_pays<B>(16, 64, {128, 128 * 192, 192}, none)));
+  EXPECT_FALSE((prefetch_pays<float>(512, 64, {128, 128 * 192, 192}, none)));  // f32: never
   // contiguous [T, 32, 128] rows: left to the hardware at any size; also as k with q absent
   EXPECT_FALSE((prefetch_pays<B>(8192, 128, {32, 32 * 128, 128}, {8, 8 * 128, 128})));
   EXPECT_FALSE((prefetch_pays<B>(8192, 128, none, {8, 8 * 128, 128})));

@@ -132,12 +132,14 @@ struct RowSpan {
 };
 
 // KernelArgs::prefetch for `tokens` tokens of rows q and k of which rotary_dim values of T are read:
-// the rows span kPrefetchSpanBytes or more, and the rows of q or of k leave at least a cache line
-// unread between one row's values and the next row's (a rope slice of longer heads, a partial
-// rotary_dim). Contiguous rows are left to the hardware prefetchers: asked for ahead, bf16 rows of
-// [T, 32, 128] measured the same or 2-3% slower (Intel Xeon VM).
+// T is 16-bit, the rows span kPrefetchSpanBytes or more, and the rows of q or of k leave at least a
+// cache line unread between one row's values and the next row's (a rope slice of longer heads, a
+// partial rotary_dim). Others are left to the hardware prefetchers: asked for ahead, f32 rope slices
+// measured the same or up to 15% slower and contiguous bf16 rows ([T, 32, 128]) the same or 2-3%
+// slower (Intel Xeon VM; simd-and-dispatch.md).
 template <class T>
 bool prefetch_pays(std::int64_t tokens, std::int64_t rotary_dim, const RowSpan& q, const RowSpan& k) noexcept {
+  if constexpr (sizeof(T) != 2) return false;
   const auto size = static_cast<std::int64_t>(sizeof(T));
   std::int64_t span = 0;
   bool gaps = false;

@@ -337,14 +337,14 @@ ROTARY_KERNEL_INLINE void tail_step(const typename P::T* in, typename P::T* out,
 
 // ---- kernels ------------------------------------------------------------------------------------
 
-// 16-bit rows from beyond the caches (KernelArgs::prefetch) on an ISA that asks for them: the lines
-// of the row kPrefetchRows16 on are asked for before each row (the conversions leave the out-of-order
-// window fewer rows to overlap misses in). Such calls take rotate_stream, so that rotate_registers,
-// the decode kernel, stays as it is (with the hint in it, bf16 decode measured 2-4% slower even
-// with the hint off).
+// Gapped 16-bit rows from beyond the caches (KernelArgs::prefetch) on an ISA that asks for them: the
+// lines of the row kPrefetchRows16 on are asked for before each row (the conversions leave the
+// out-of-order window fewer rows to overlap misses in). Such calls take rotate_stream, so that
+// rotate_registers, the decode kernel, stays as it is (with the hint in it, bf16 decode measured 2-4%
+// slower even with the hint off).
 template <class T>
 inline bool prefetches(const KernelArgs<T>& a) noexcept {
-  return sizeof(T) == 2 && kPrefetchRows16 > 0 && a.prefetch;
+  return kPrefetchRows16 > 0 && a.prefetch;
 }
 
 // The masks of a last step of `rest` pairs (an empty stand-in for lanes without masks).
