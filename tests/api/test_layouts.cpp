@@ -706,6 +706,13 @@ TEST(LayoutsErrors, AbsurdShapesRefusedBeforeArithmetic) {
                                           SequencePositions::starts({0, 5})); },
                {"heads (0) must be >= 1"});
   EXPECT_EQ(x, x0);
+  // 16-bit strides whose span overflows int64: refused (the rows-ahead decision, made before the
+  // checks, once multiplied them in int64: found by fuzz_layouts under UBSan)
+  const std::vector<rotary::f16> h0 = h;
+  expect_error([&] { rotary::apply_strided(small, h.data(), StridedLayout{std::int64_t{1} << 40, 2, std::int64_t{1} << 60, 2},
+                                           Positions::contiguous(0)); },
+               {"spans more than PTRDIFF_MAX bytes"});
+  EXPECT_EQ(h, h0);
 }
 
 }  // namespace

@@ -563,6 +563,11 @@ TEST(PrefetchRows, OnlyGappedRowsBeyondTheCaches) {
   // a gap shorter than a line does not count; one head per token has no rows to step along
   EXPECT_FALSE((prefetch_pays<B>(512, 128, {32, 32 * 144, 144}, none)));
   EXPECT_FALSE((prefetch_pays<B>(100000, 64, {1, 576, 576}, none)));
+  // the driver asks before it validates: any int64 values, without overflow (UBSan halts on one)
+  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+  constexpr std::int64_t kMin = std::numeric_limits<std::int64_t>::min();
+  EXPECT_TRUE((prefetch_pays<B>(kMax, 64, {kMax, kMin, kMin}, {kMax, kMax, kMax})));
+  EXPECT_FALSE((prefetch_pays<B>(kMin, kMin, {kMin, kMin, kMin}, none)));
 }
 
 // 16-bit rope slices of 2.4 MB take rotate_stream with rows asked for 16 ahead: the last rows' hints

@@ -7,7 +7,6 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <initializer_list>
 
 #include "../../cache.hpp"
@@ -137,18 +136,22 @@ struct RowSpan {
 // partial rotary_dim). Others are left to the hardware prefetchers: asked for ahead, f32 rope slices
 // measured the same or up to 15% slower and contiguous bf16 rows ([T, 32, 128]) the same or 2-3%
 // slower (Intel Xeon VM; simd-and-dispatch.md).
+// Called before the driver validates the call: any int64 values, in double (no overflow, no abs of
+// INT64_MIN; an estimate is enough for a hint).
 template <class T>
 bool prefetch_pays(std::int64_t tokens, std::int64_t rotary_dim, const RowSpan& q, const RowSpan& k) noexcept {
   if constexpr (sizeof(T) != 2) return false;
-  const auto size = static_cast<std::int64_t>(sizeof(T));
-  std::int64_t span = 0;
+  const auto magnitude = [](std::int64_t v) { return std::fabs(static_cast<double>(v)); };
+  const double size = sizeof(T);
+  double span = 0;
   bool gaps = false;
   for (const RowSpan& s : {q, k}) {
     if (s.heads <= 0 || tokens <= 0) continue;
-    span += (tokens * std::abs(s.token_stride) + s.heads * std::abs(s.head_stride)) * size;
-    gaps = gaps || (s.heads > 1 && (std::abs(s.head_stride) - rotary_dim) * size >= 64);
+    span += (static_cast<double>(tokens) * magnitude(s.token_stride) +
+             static_cast<double>(s.heads) * magnitude(s.head_stride)) * size;
+    gaps = gaps || (s.heads > 1 && (magnitude(s.head_stride) - static_cast<double>(rotary_dim)) * size >= 64);
   }
-  return gaps && span >= kPrefetchSpanBytes;
+  return gaps && span >= static_cast<double>(kPrefetchSpanBytes);
 }
 
 // The two streams of a call (q's heads, then k's). Kernels copy this into locals so that their
@@ -198,8 +201,9 @@ class TokenRows {
   // which a prefetch never faults on, and it is computed as an integer (no pointer out of range).
   void prefetch_ahead(int ahead, std::int64_t bytes) const noexcept {
 #if defined(__GNUC__) || defined(__clang__)
-    const std::uintptr_t at = reinterpret_cast<std::uintptr_t>(in_) +
-                              static_cast<std::uintptr_t>(in_stride_ * ahead * static_cast<std::ptrdiff_t>(sizeof(T)));
+    // (unsigned: wraps rather than overflows, and a negative stride steps back)
+    const std::uintptr_t at = reinterpret_cast<std::uintptr_t>(in_) + static_cast<std::uintptr_t>(in_stride_) *
+                                                                         static_cast<std::uintptr_t>(ahead) * sizeof(T);
     const std::uintptr_t line = 64;
     const std::uintptr_t last = (at + static_cast<std::uintptr_t>(bytes) - 1) & ~(line - 1);
     for (std::uintptr_t p = at & ~(line - 1); p <= last; p += line)
