@@ -206,8 +206,9 @@ class TokenRows {
                                                                          static_cast<std::uintptr_t>(ahead) * sizeof(T);
     const std::uintptr_t line = 64;
     const std::uintptr_t last = (at + static_cast<std::uintptr_t>(bytes) - 1) & ~(line - 1);
+    // (the cast back is the point: a pointer formed by arithmetic past the tensor would be undefined)
     for (std::uintptr_t p = at & ~(line - 1); p <= last; p += line)
-      __builtin_prefetch(reinterpret_cast<const void*>(p), 0, 3);
+      __builtin_prefetch(reinterpret_cast<const void*>(p), 0, 3);  // NOLINT(performance-no-int-to-ptr)
 #else
     (void)ahead;
     (void)bytes;
