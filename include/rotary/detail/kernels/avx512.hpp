@@ -384,6 +384,14 @@ inline constexpr int kBlock = 8;
 // 128 query heads of 192): 878-976 -> 711-752 us (8 rows ahead was about as fast). Not for f32 rows,
 // which measured the same or up to 15% slower when asked for.
 inline constexpr int kPrefetchRows16 = 16;
+// 16-bit half-split rows are written a line at a time (simd_body.hpp, line_steps): the two 32-byte
+// vectors of a half's line, then the two of the other half's, rather than half lines alternating
+// between the halves. Intel Xeon VM, f16 out of place, the two orders alternated in one process
+// (memcpy of the same bytes): [512, 32, 128] 305-313 -> 293-298 us (284-286), [8192, 32, 128]
+// 11.5-11.6 -> 10.5-10.8 ms (9.4-9.8), [512, 32, 256] 650-656 -> 594-596 us (569-571); rows in
+// L1/L2 and decode the same within 2%. bf16 takes its packed-pair steps of whole lines where they
+// fit; f32 vectors are whole lines.
+inline constexpr bool kLineOrder16 = true;
 
 // After each kernel: vzeroupper (cpu.hpp's clear_upper_state says why).
 inline void leave_kernel() noexcept { clear_upper_state(); }

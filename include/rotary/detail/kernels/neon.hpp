@@ -256,6 +256,8 @@ inline constexpr std::int64_t kBlockHalfBytes = 0;
 inline constexpr int kBlock = 1;
 // No rows asked for ahead (not measured on an AArch64 core).
 inline constexpr int kPrefetchRows16 = 0;
+// 16-bit half-split rows keep the step order (avx512.hpp's kLineOrder16): not measured on NEON.
+inline constexpr bool kLineOrder16 = false;
 
 // After each kernel: nothing (AArch64 has no upper-state transitions).
 inline void leave_kernel() noexcept {}

@@ -74,17 +74,32 @@ struct HalfSplit {
     S::store(out + j, S::fmsub(x0, k.c, S::mul(x1, k.s)));
     S::store(out + h + j, S::fmadd(x1, k.c, S::mul(x0, k.s)));
   }
-  // N consecutive steps in the order the hardware prefetchers follow when a half row is long: the
-  // N vectors of the first half, then the N of the second, loaded in that order; the N results of
-  // the first half stored, then the N of the second. cos/sin are loaded where they are used (from
-  // the L1-resident cache row): the 2N data vectors and N results take the registers. The empty
-  // asm (a compiler barrier) keeps the two store groups apart, which the compiler would interleave
-  // again. Measured on Zen 4 (512 x 32 x 256 f32, 512-byte halves, 32 MiB moved): a plain copy in
-  // the step order (x0, x1 streams 512 bytes apart) ran at ~0.5x memcpy, in whole halves at ~0.9x;
-  // the kernel went from 0.61-0.68x (blocks of 4) to 0.71-0.72x (whole halves).
-  template <int N, class Sign>
+  // Where block() takes a step's cos/sin from: the (L1-resident) cache row, loaded where used, or
+  // the registers of rotate_registers (step i of the block: k[i]).
+  template <class Sign>
+  struct RowCoefs {
+    const CosSin<C>& cs;
+    Sign neg;
+    ROTARY_KERNEL_INLINE Coef operator()(std::int64_t j, int) const noexcept { return coef(cs, j, neg); }
+  };
+  struct HeldCoefs {
+    const Coef* k;
+    ROTARY_KERNEL_INLINE Coef operator()(std::int64_t, int i) const noexcept { return k[i]; }
+  };
+  // N consecutive steps from pair j, grouped: the N vectors of the first half, then the N of the
+  // second, loaded in that order; the N results of the first half stored, then the N of the second.
+  // The 2N data vectors and N results take the registers. The empty asm (a compiler barrier) keeps
+  // the two store groups apart, which the compiler would interleave again. Two uses:
+  // * long halves (kBlockHalfBytes), N = kBlock, in the order the hardware prefetchers follow.
+  //   Measured on Zen 4 (512 x 32 x 256 f32, 512-byte halves, 32 MiB moved): a plain copy in the
+  //   step order (x0, x1 streams 512 bytes apart) ran at ~0.5x memcpy, in whole halves at ~0.9x;
+  //   the kernel went from 0.61-0.68x (blocks of 4) to 0.71-0.72x (whole halves).
+  // * vectors narrower than a cache line (16-bit storage), N = line_steps(): each half's line
+  //   written whole before the other half's, the step order of f32 at line granularity, instead
+  //   of half lines alternating between the two halves (line_steps, the ISA's kLineOrder16).
+  template <int N, class Coefs>
   static ROTARY_KERNEL_INLINE void block(const T* in, T* out, std::int64_t h, std::int64_t j,
-                                         const CosSin<C>& cs, Sign neg) noexcept {
+                                         const Coefs& coefs) noexcept {
     constexpr int L = S::L;
     V x0[std::size_t{N}];
     V x1[std::size_t{N}];
@@ -95,7 +110,7 @@ struct HalfSplit {
     V y1[std::size_t{N}];
 #pragma GCC unroll 16
     for (int i = 0; i < N; ++i) {
-      const Coef k = coef(cs, j + std::int64_t{i} * L, neg);
+      const Coef k = coefs(j + std::int64_t{i} * L, i);
       S::store(out + j + std::int64_t{i} * L, S::fmsub(x0[i], k.c, S::mul(x1[i], k.s)));
       y1[i] = S::fmadd(x1[i], k.c, S::mul(x0[i], k.s));
     }
@@ -347,6 +362,19 @@ inline bool prefetches(const KernelArgs<T>& a) noexcept {
   return kPrefetchRows16 > 0 && a.prefetch;
 }
 
+// Steps per 64-byte line for rows written a line at a time (HalfSplit::block): 16-bit storage in the
+// half-split pairing, on an ISA whose kLineOrder16 says so, where a vector of it is narrower than a
+// line; 0 otherwise (step order).
+template <class P>
+constexpr int line_steps() noexcept {
+  if constexpr (P::kBlocked && kLineOrder16 && sizeof(typename P::T) == 2) {
+    constexpr int bytes = P::S::L * 2;
+    return bytes < 64 ? 64 / bytes : 0;
+  } else {
+    return 0;
+  }
+}
+
 // The masks of a last step of `rest` pairs (an empty stand-in for lanes without masks).
 template <class P>
 ROTARY_KERNEL_INLINE auto tail_of(int rest) noexcept {
@@ -385,8 +413,16 @@ ROTARY_KERNEL_TARGET void rotate_registers(const KernelArgs<typename P::T>& a, s
     for (TokenRows<T> w(rows, t); w.next();) {
       const T* in = w.in();
       T* out = w.out();
+      constexpr int kLine = line_steps<P>();
+      constexpr int kLines = kLine > 0 ? K / kLine : 0;
+      if constexpr (kLines > 0) {
 #pragma GCC unroll 16
-      for (int i = 0; i < K; ++i) P::step(in, out, h, std::int64_t{i} * P::kPairs, k[i]);
+        for (int b = 0; b < kLines; ++b)
+          P::template block<kLine>(in, out, h, std::int64_t{b} * kLine * P::kPairs,
+                                   typename P::HeldCoefs{k + b * kLine});
+      }
+#pragma GCC unroll 16
+      for (int i = kLines * kLine; i < K; ++i) P::step(in, out, h, std::int64_t{i} * P::kPairs, k[i]);
       if (rest > 0) tail_step<P>(in, out, cs, h, kFull, k[K], m, sign);
       if (pass > 0 && in != out) copy_pass_through<S>(in + a.rotary_dim, out + a.rotary_dim, pass);
     }
@@ -418,9 +454,15 @@ ROTARY_KERNEL_TARGET void rotate_stream(const KernelArgs<typename P::T>& a, std:
       T* out = w.out();
       if (ahead) w.prefetch_ahead(kPrefetchRows16, row_bytes);
       std::int64_t j = 0;
-      if constexpr (P::kBlocked && kBlockHalfBytes > 0) {
-        if (h * static_cast<std::int64_t>(sizeof(T)) >= kBlockHalfBytes) {
-          for (; j + kBlockPairs <= full; j += kBlockPairs) P::template block<kBlock>(in, out, h, j, cs, neg);
+      if constexpr (P::kBlocked) {
+        const typename P::template RowCoefs<decltype(neg)> from_row{cs, neg};
+        if (kBlockHalfBytes > 0 && h * static_cast<std::int64_t>(sizeof(T)) >= kBlockHalfBytes) {
+          for (; j + kBlockPairs <= full; j += kBlockPairs) P::template block<kBlock>(in, out, h, j, from_row);
+        }
+        constexpr int kLine = line_steps<P>();
+        if constexpr (kLine > 0) {
+          for (; j + kLine * P::kPairs <= full; j += kLine * P::kPairs)
+            P::template block<kLine>(in, out, h, j, from_row);
         }
       }
       for (; j < full; j += P::kPairs) P::step(in, out, h, j, P::coef(cs, j, neg));
