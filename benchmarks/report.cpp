@@ -161,6 +161,18 @@ std::string build_description() {
 #if ROTARY_X86_KERNELS
   s += ROTARY_BENCH_X86_HALF ? "; f16/bf16 avx2/avx512 impls on" : "; f16/bf16 avx2/avx512 impls off (ROTARY_BENCH_X86_HALF=0)";
 #endif
+  // where outputs are streamed past the caches (dispatch.hpp): decides the 8192-token rows
+  try {
+    const std::int64_t bytes = rotary::stream_min_bytes();
+    char buf[96];
+    if (bytes == rotary::kStreamNever)
+      std::snprintf(buf, sizeof buf, "; outputs never streamed");
+    else
+      std::snprintf(buf, sizeof buf, "; outputs of %.0f MiB or more streamed", static_cast<double>(bytes) / 1048576.0);
+    s += buf;
+  } catch (const rotary::error& e) {
+    s += std::string("; streaming: ") + e.what();
+  }
   return s;
 }
 

@@ -20,7 +20,9 @@
 #include <array>
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -167,6 +169,74 @@ inline Isa active_isa() {
     if (state.compare_exchange_strong(v, from_env, std::memory_order_relaxed)) v = from_env;
   }
   return static_cast<Isa>(v);
+}
+
+// ---- streaming stores ---------------------------------------------------------------------------
+// A plain store reads its cache line before writing it, so writing N bytes out of place moves 2N
+// through memory; a streaming (non-temporal) store writes whole lines without reading them, and
+// leaves them out of the caches. The AVX-512 kernels write a call's outputs with streaming stores
+// when the call writes at least stream_min_bytes() bytes, all of them out of place, rotary_dim ==
+// head_dim and a multiple of 128 bytes, and every output row starts on a 64-byte boundary (pointer
+// and strides); other calls, and other ISAs, use plain stores. The bits are the same either way.
+// The default is the size of the CPU's last-level cache as cpuid describes it (outputs that large
+// cannot stay in it for the next op anyway); never where cpuid describes none. memcpy makes the same
+// choice at its own threshold (glibc: about 3/4 of the last-level cache's share per thread).
+//   environment  ROTARY_STREAM_MIN_BYTES=<bytes>|never   read once, at the first call that runs
+//   code         rotary::set_stream_min_bytes(bytes)     overrides the environment
+// A value that is not a decimal count of bytes (or "never") throws rotary::error, from the first
+// call (and each after it) until fixed or overridden, as ROTARY_MAX_ISA does.
+inline constexpr std::int64_t kStreamNever = std::numeric_limits<std::int64_t>::max();
+
+namespace detail {
+
+inline constexpr std::int64_t kStreamUnresolved = -1;
+
+inline std::atomic<std::int64_t>& stream_min_bytes_state() noexcept {
+  static std::atomic<std::int64_t> bytes{kStreamUnresolved};
+  return bytes;
+}
+
+inline std::int64_t default_stream_min_bytes() noexcept {
+  const std::int64_t llc = cpu_features().last_level_cache_bytes;
+  return llc > 0 ? llc : kStreamNever;
+}
+
+// ROTARY_STREAM_MIN_BYTES, or the default if it is unset or empty. Throws on a bad value.
+inline std::int64_t stream_min_bytes_from_environment() {
+  const char* value = std::getenv("ROTARY_STREAM_MIN_BYTES");
+  if (value == nullptr || *value == '\0') return default_stream_min_bytes();
+  const std::string_view v(value);
+  if (v == "never") return kStreamNever;
+  std::int64_t n = 0;
+  for (const char ch : v) {
+    const int digit = ch - '0';
+    if (digit < 0 || digit > 9 || n > (kStreamNever - digit) / 10)
+      throw error("environment variable ROTARY_STREAM_MIN_BYTES (\"" + std::string(v) +
+                  "\") must be a count of bytes (decimal digits, at most 2^63 - 1) or never");
+    n = n * 10 + digit;
+  }
+  return n;
+}
+
+}  // namespace detail
+
+// Streams the outputs of calls that write at least `bytes` (>= 0; kStreamNever: never), overriding
+// ROTARY_STREAM_MIN_BYTES. Thread-safe; calls already running keep their choice.
+inline void set_stream_min_bytes(std::int64_t bytes) {
+  if (bytes < 0) throw error("set_stream_min_bytes: bytes (" + std::to_string(bytes) + ") must be >= 0");
+  detail::stream_min_bytes_state().store(bytes, std::memory_order_relaxed);
+}
+
+// The threshold the next call uses. The first call reads ROTARY_STREAM_MIN_BYTES (and throws
+// rotary::error if it is invalid, again on every call until fixed or overridden).
+inline std::int64_t stream_min_bytes() {
+  std::atomic<std::int64_t>& state = detail::stream_min_bytes_state();
+  std::int64_t v = state.load(std::memory_order_relaxed);
+  if (v == detail::kStreamUnresolved) {
+    const std::int64_t from_env = detail::stream_min_bytes_from_environment();
+    if (state.compare_exchange_strong(v, from_env, std::memory_order_relaxed)) v = from_env;
+  }
+  return v;
 }
 
 }  // namespace rotary

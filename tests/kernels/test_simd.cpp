@@ -613,6 +613,212 @@ TEST(PrefetchRows, F16SlicesMatchScalarAtTheGuardPage) {
   check_prefetched_rows<rotary::f16>(Pairing::interleaved);
 }
 
+// ---- streaming stores ----------------------------------------------------------------------------
+
+// stream_min_bytes for the scope; the previous state (resolved or not) back after it.
+class StreamScope {
+ public:
+  explicit StreamScope(std::int64_t bytes) : saved_(rotary::detail::stream_min_bytes_state().load()) {
+    rotary::set_stream_min_bytes(bytes);
+  }
+  ~StreamScope() { rotary::detail::stream_min_bytes_state().store(saved_); }
+  StreamScope(const StreamScope&) = delete;
+  StreamScope& operator=(const StreamScope&) = delete;
+
+ private:
+  std::int64_t saved_;
+};
+
+// The arguments stream_pays reads: q (and k if k_heads > 0) of `tokens` x heads rows, out of place
+// unless in == out. The pointers are only compared and tested for alignment, never dereferenced.
+template <class T>
+KernelArgs<T> stream_case(const T* in, T* out, std::int64_t tokens, std::int64_t heads, std::int64_t head_dim,
+                          std::int64_t rotary_dim, std::ptrdiff_t out_token_stride, std::ptrdiff_t out_head_stride) {
+  KernelArgs<T> a;
+  a.tokens = tokens;
+  a.head_dim = head_dim;
+  a.rotary_dim = rotary_dim;
+  a.q = rotary::detail::make_stream(in, rotary::StridedLayout{tokens, heads, heads * head_dim, head_dim}, out,
+                                    rotary::StridedLayout{tokens, heads, out_token_stride, out_head_stride});
+  return a;
+}
+
+TEST(StreamStores, OnlyWholeAlignedRowsOutOfPlace) {
+  using rotary::detail::stream_pays;
+  alignas(64) static float f[64];
+  alignas(64) static rotary::f16 h[64];
+  alignas(64) static rotary::bf16 b[64];
+  const std::int64_t T = 8192, H = 32, D = 128;
+  const std::int64_t written = T * H * D * 4;
+  const auto rows = [&](const float* in, float* out) { return stream_case<float>(in, out, T, H, D, D, H * D, D); };
+  EXPECT_TRUE(stream_pays(rows(f, f + 32), written));
+  EXPECT_TRUE(stream_pays(rows(f, f + 32), 0));
+  EXPECT_FALSE(stream_pays(rows(f, f + 32), written + 1));          // below the threshold
+  EXPECT_FALSE(stream_pays(rows(f, f), 0));                          // in place
+  EXPECT_FALSE(stream_pays(rows(f, f + 33), 0));                     // output off its line
+  EXPECT_FALSE(stream_pays(stream_case<float>(f, f + 32, T, H, D, D, H * 130, 130), 0));  // rows off lines
+  EXPECT_FALSE(stream_pays(stream_case<float>(f, f + 32, T, H, D, D, H * D + 4, D), 0));  // token stride
+  EXPECT_TRUE(stream_pays(stream_case<float>(f, f + 32, T, H, D, D, -H * D, D), 0));     // reversed tokens
+  EXPECT_FALSE(stream_pays(stream_case<float>(f, f + 32, T, H, D, 64, H * D, D), 0));    // partial rotary
+  EXPECT_FALSE(stream_pays(stream_case<float>(f, f + 32, T, H, 80, 80, H * 80, 80), 0));  // 320-byte rows
+  EXPECT_TRUE(stream_pays(stream_case<float>(f, f + 32, T, H, 96, 96, H * 96, 96), 0));   // 384
+  EXPECT_FALSE(stream_pays(stream_case<float>(f, f + 32, 0, H, D, D, H * D, D), 0));      // no tokens
+  EXPECT_TRUE(stream_pays(stream_case<float>(f, f + 32, T, H, 32, 32, H * 32, 32), 0));   // 128 bytes
+  EXPECT_FALSE(stream_pays(stream_case<float>(f, f + 32, T, H, 16, 16, H * 16, 16), 0));  // 64 bytes
+  EXPECT_FALSE(stream_pays(stream_case<float>(f, f + 8, T, H, 64, 64, H * 64, 64), 0));   // 32-byte off
+  // 16-bit rows never (stream_pays says why), however whole and aligned
+  EXPECT_FALSE(stream_pays(stream_case<rotary::f16>(h, h + 32, T, H, D, D, H * D, D), 0));
+  EXPECT_FALSE(stream_pays(stream_case<rotary::bf16>(b, b + 32, T, H, D, D, H * D, D), 0));
+  // fused: k written in place keeps the whole call plain
+  KernelArgs<float> qk = rows(f, f + 32);
+  qk.k = rotary::detail::make_stream<float>(f + 16, rotary::StridedLayout{T, 8, 8 * D, D}, f + 16,
+                                            rotary::StridedLayout{T, 8, 8 * D, D});
+  EXPECT_FALSE(stream_pays(qk, 0));
+  qk.k.out = f + 48;
+  EXPECT_TRUE(stream_pays(qk, 0));
+  EXPECT_TRUE(stream_pays(qk, written + T * 8 * D * 4));  // q's and k's bytes together
+}
+
+// Every kernel (named variants included) with KernelArgs::stream_out set on whole aligned rows, out
+// of place, q and k: the scalar kernel's bits (ISAs without streaming stores ignore the flag).
+template <class T>
+void check_streamed_kernels(Pairing pairing, std::int64_t head_dim, Direction dir) {
+  const std::int64_t tokens = 37, q_heads = 5, k_heads = 2, d = head_dim;
+  const std::int64_t q_n = tokens * q_heads * d, k_n = tokens * k_heads * d;
+  constexpr std::int64_t kAlign = 64 / static_cast<std::int64_t>(sizeof(T));
+  std::mt19937_64 rng(base_seed() ^ 0x57e4u ^ static_cast<std::uint64_t>(head_dim));
+  std::vector<T> in(static_cast<std::size_t>(q_n + k_n));
+  for (T& v : in) v = random_value<T>(rng);
+  // outputs at 64-byte boundaries: q then k, each padded to whole lines
+  std::vector<T> storage(static_cast<std::size_t>(q_n + k_n + 2 * kAlign));
+  const auto aligned = [&](std::vector<T>& buf) {
+    T* p = buf.data();
+    while (reinterpret_cast<std::uintptr_t>(p) % 64 != 0) ++p;
+    return p;
+  };
+  const rotary::Rope<T> rope(rotary::RotarySpec(d, pairing), 4096);
+  const rotary::StridedLayout ql{tokens, q_heads, q_heads * d, d}, kl{tokens, k_heads, k_heads * d, d};
+  std::vector<T> want;
+  for (const auto& v : rotary::detail::kernel_variants<T>()) {
+    if (!v.runs) continue;
+    std::fill(storage.begin(), storage.end(), from_bits<T>(Bits<T>::sentinel));
+    T* q_out = aligned(storage);
+    T* k_out = q_out + q_n;
+    KernelArgs<T> a = rotary::detail::make_args(rope, rotary::detail::make_stream(in.data(), ql, q_out, ql),
+                                                rotary::detail::make_stream(in.data() + q_n, kl, k_out, kl), tokens,
+                                                rotary::Positions::contiguous(3000), dir);
+    a.stream_out = true;
+    ASSERT_TRUE(rotary::detail::stream_pays(a, 0)) << "the case must be one the driver streams";
+    v.kernel(a, 0, tokens);
+    std::vector<T> got(q_out, q_out + q_n + k_n);
+    if (v.isa == Isa::scalar) {
+      want = got;
+      continue;
+    }
+    ASSERT_EQ(want.size(), got.size());
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < got.size(); ++i)
+      differ += (to_bits(got[i]) != to_bits(want[i]) && !(is_nan(got[i]) && is_nan(want[i]))) ? 1 : 0;
+    EXPECT_EQ(differ, 0u) << v.name << " " << rotary::to_string(pairing) << " head_dim " << head_dim;
+  }
+  ASSERT_FALSE(want.empty());
+}
+
+TEST(StreamStores, KernelsMatchScalar) {
+  for (const Pairing p : {Pairing::half_split, Pairing::interleaved})
+    for (const Direction dir : {Direction::forward, Direction::inverse}) {
+      for (const std::int64_t d : {32, 64, 128, 256}) {
+        check_streamed_kernels<float>(p, d, dir);
+        check_streamed_kernels<double>(p, d, dir);
+      }
+    }
+}
+
+// Through the driver: with every call streamed (threshold 0) the entry points give the scalar
+// kernel's bits on every ISA, on aligned outputs (f32, f64: streamed) and outputs one element off
+// (plain), and 16-bit calls (plain) alike.
+template <class T>
+void check_streamed_calls(Pairing pairing) {
+  const std::int64_t tokens = 29, heads = 6, d = 128;
+  const std::int64_t n = tokens * heads * d;
+  std::mt19937_64 rng(base_seed() ^ 0x57e5u);
+  std::vector<T> in(static_cast<std::size_t>(n));
+  for (T& v : in) v = random_value<T>(rng);
+  const rotary::Rope<T> rope(rotary::RotarySpec(d, pairing), 4096);
+  const rotary::StridedLayout l{tokens, heads, heads * d, d};
+  const StreamScope always(0);
+  for (const std::ptrdiff_t off : {0, 1}) {
+    std::vector<T> storage(static_cast<std::size_t>(n + 64));
+    T* out = storage.data();
+    while (reinterpret_cast<std::uintptr_t>(out) % 64 != 0) ++out;
+    out += off;
+    std::vector<T> want;
+    for (const Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::neon}) {
+      if (!rotary::isa_supported(isa)) continue;
+      IsaScope scope(isa);
+      rotary::apply_strided(rope, in.data(), l, out, l, rotary::Positions::contiguous(100));
+      std::vector<T> got(out, out + n);
+      if (isa == Isa::scalar) {
+        want = got;
+        continue;
+      }
+      std::size_t differ = 0;
+      for (std::size_t i = 0; i < got.size(); ++i)
+        differ += (to_bits(got[i]) != to_bits(want[i]) && !(is_nan(got[i]) && is_nan(want[i]))) ? 1 : 0;
+      EXPECT_EQ(differ, 0u) << rotary::to_string(isa) << " " << rotary::to_string(pairing) << " offset " << off;
+    }
+  }
+}
+
+TEST(StreamStores, CallsMatchScalar) {
+  for (const Pairing p : {Pairing::half_split, Pairing::interleaved}) {
+    check_streamed_calls<float>(p);
+    check_streamed_calls<double>(p);
+    check_streamed_calls<rotary::f16>(p);
+    check_streamed_calls<rotary::bf16>(p);
+  }
+}
+
+TEST(StreamStores, Threshold) {
+  EXPECT_THROW(rotary::set_stream_min_bytes(-1), rotary::error);
+  const StreamScope scope(12345);
+  EXPECT_EQ(rotary::stream_min_bytes(), 12345);
+  rotary::set_stream_min_bytes(rotary::kStreamNever);
+  EXPECT_EQ(rotary::stream_min_bytes(), rotary::kStreamNever);
+  // the default: the last-level cache cpuid describes, or never
+  const std::int64_t llc = rotary::detail::cpu_features().last_level_cache_bytes;
+  EXPECT_EQ(rotary::detail::default_stream_min_bytes(), llc > 0 ? llc : rotary::kStreamNever);
+  EXPECT_GE(llc, 0);
+}
+
+// ROTARY_STREAM_MIN_BYTES is read at a process's first call (as ROTARY_MAX_ISA): each value in a
+// fresh process. Exit code 7 when the threshold read equals `expect`, 42 after printing the error.
+[[noreturn]] void exit_with_stream_min_bytes(const char* env_value, std::int64_t expect) {
+  rotary::detail::stream_min_bytes_state().store(rotary::detail::kStreamUnresolved);
+  setenv("ROTARY_STREAM_MIN_BYTES", env_value, 1);
+  try {
+    const rotary::Rope<float> rope(rotary::RotarySpec(8), 4);
+    std::vector<float> x(8, 1.0f);
+    rotary::apply_strided(rope, x.data(), rotary::StridedLayout{1, 1, 8, 8}, rotary::Positions::contiguous(1));
+    std::exit(rotary::stream_min_bytes() == expect ? 7 : 1);
+  } catch (const rotary::error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    std::exit(42);
+  }
+}
+
+TEST(StreamStores, EnvironmentVariable) {
+  GTEST_FLAG_SET(death_test_style, rotary_test::death_test_style());
+  using ::testing::ExitedWithCode;
+  EXPECT_EXIT(exit_with_stream_min_bytes("1048576", 1048576), ExitedWithCode(7), "");
+  EXPECT_EXIT(exit_with_stream_min_bytes("0", 0), ExitedWithCode(7), "");
+  EXPECT_EXIT(exit_with_stream_min_bytes("never", rotary::kStreamNever), ExitedWithCode(7), "");
+  EXPECT_EXIT(exit_with_stream_min_bytes("", rotary::detail::default_stream_min_bytes()), ExitedWithCode(7), "");
+  EXPECT_EXIT(exit_with_stream_min_bytes("9223372036854775807", rotary::kStreamNever), ExitedWithCode(7), "");
+  for (const char* bad : {"-1", "1e6", "12 ", "9223372036854775808", "always"})
+    EXPECT_EXIT(exit_with_stream_min_bytes(bad, 0), ExitedWithCode(42), "ROTARY_STREAM_MIN_BYTES") << bad;
+}
+
 // AVX512_BF16's vcvtneps2bf16 against the integer rounding the other bf16 kernels use: the same bits
 // for every probe, NaN payloads included (both compute (u >> 16) | 0x40), and for the bit-exact sweep
 // and guard-page shapes (run for both in SimdVsScalar.*bf16_avx512* and test_guard_pages' kernels row).

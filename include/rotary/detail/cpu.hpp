@@ -6,6 +6,8 @@
 #ifndef ROTARY_DETAIL_CPU_HPP
 #define ROTARY_DETAIL_CPU_HPP
 
+#include <cstdint>
+
 #include "guard.hpp"
 
 #if ROTARY_X86_KERNELS
@@ -24,6 +26,10 @@ struct CpuFeatures {
   bool avx512dq = false;
   bool avx512bf16 = false;
   bool genuine_intel = false;  // the vendor string (tuning only: PrologueRunner's chunk size)
+  // Bytes of the largest data or unified cache cpuid describes (the last level: L3 on the CPUs
+  // measured), 0 if it describes none. Tuning only: where outputs are written past the caches
+  // (dispatch.hpp's stream_min_bytes).
+  std::int64_t last_level_cache_bytes = 0;
 
   // The feature sets behind Isa::avx2 and Isa::avx512 (dispatch.hpp).
   bool avx2_set() const noexcept { return avx2 && fma && f16c; }
@@ -36,6 +42,43 @@ inline unsigned long long read_xcr0() noexcept {
   unsigned hi = 0;
   __asm__ __volatile__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
   return (static_cast<unsigned long long>(hi) << 32) | lo;
+}
+
+// The largest data or unified cache of cpuid's deterministic cache parameters: leaf 4 (Intel) or
+// 0x8000001D (AMD, with TOPOEXT); each subleaf one cache, ways x partitions x line x sets bytes,
+// type 0 ending the list. 0 if the CPU describes none.
+inline std::int64_t largest_cache_bytes(unsigned leaf) noexcept {
+  std::int64_t best = 0;
+  for (unsigned sub = 0; sub < 16; ++sub) {
+    unsigned a = 0;
+    unsigned b = 0;
+    unsigned c = 0;
+    unsigned d = 0;
+    __cpuid_count(leaf, sub, a, b, c, d);
+    const unsigned type = a & 0x1Fu;  // 1 data, 2 instruction, 3 unified
+    if (type == 0) break;
+    if (type == 2) continue;
+    const auto field = [](unsigned v, unsigned shift, unsigned mask) {
+      return static_cast<double>((v >> shift) & mask) + 1;
+    };
+    // ways x partitions x line size x sets, in double: a hypervisor's fields may multiply past int64
+    const double bytes = field(b, 22, 0x3FFu) * field(b, 12, 0x3FFu) * field(b, 0, 0xFFFu) * field(c, 0, ~0u);
+    const std::int64_t capped = bytes < 0x1p62 ? static_cast<std::int64_t>(bytes) : std::int64_t{1} << 62;
+    best = capped > best ? capped : best;
+  }
+  return best;
+}
+
+inline std::int64_t detect_last_level_cache_bytes(bool intel, unsigned max_leaf) noexcept {
+  if (intel) return max_leaf >= 4 ? largest_cache_bytes(4) : 0;
+  const auto max_ext = static_cast<unsigned>(__get_cpuid_max(0x80000000u, nullptr));
+  if (max_ext < 0x8000001Du) return 0;
+  unsigned a = 0;
+  unsigned b = 0;
+  unsigned c = 0;
+  unsigned d = 0;
+  __cpuid(0x80000001u, a, b, c, d);
+  return ((c >> 22) & 1u) != 0 ? largest_cache_bytes(0x8000001Du) : 0;  // TOPOEXT
 }
 #endif
 
@@ -51,6 +94,7 @@ inline CpuFeatures detect_cpu_features() noexcept {
   if (max_leaf < 1) return f;
   __cpuid(0, a, b, c, d);
   f.genuine_intel = b == 0x756e6547u && d == 0x49656e69u && c == 0x6c65746eu;  // "Genu" "ineI" "ntel"
+  f.last_level_cache_bytes = detect_last_level_cache_bytes(f.genuine_intel, max_leaf);
   __cpuid(1, a, b, c, d);
   const bool osxsave = (c >> 27) & 1u;
   const bool avx = (c >> 28) & 1u;

@@ -258,6 +258,7 @@ template <class T, class Source>
 void run(const Source& src, KernelArgs<T> a, const ParallelFor& parallel) {
   using C = compute_t<T>;
   const Kernel<T> kernel = select_kernel<T>();
+  a.stream_out = stream_pays(a, stream_min_bytes());
   if constexpr (Source::kTable) {
     a.rows = src.rows();
     for_token_ranges(a.tokens, token_bytes(a), parallel,

@@ -301,6 +301,9 @@ inline constexpr int kPrefetchRows16 = 16;
 // conversions bind these kernels: bf16 [512, 32, 128] ~0.47x memcpy), 8% slower on [512, 8, 64]
 // from L2, whose whole-half block of 4 needs more than the 16 ymm registers.
 inline constexpr bool kLineOrder16 = false;
+// Plain stores only (avx512.hpp's kStreamStores): not measured on AVX2-only CPUs.
+inline constexpr bool kStreamStores = false;
+inline void store_fence() noexcept {}
 
 // After each kernel: vzeroupper (cpu.hpp's clear_upper_state says why).
 inline void leave_kernel() noexcept { clear_upper_state(); }

@@ -112,6 +112,9 @@ struct KernelArgs {
   // Gapped rows read straight from more memory than the caches hold (prefetch_pays, set by the
   // driver): the 16-bit kernels then ask for rows ahead (simd_body.hpp). Speed only, never a result.
   bool prefetch = false;
+  // Outputs written past the caches (stream_pays, set by the driver): kernels with streaming stores
+  // (kStreamStores) write them non-temporally. Speed only, never a result.
+  bool stream_out = false;
 
   std::int64_t total_heads() const noexcept { return q.heads + k.heads; }
 
@@ -289,6 +292,35 @@ struct CacheRowArgs {
   float* scale = nullptr;   // int8: the row's scale, written
   float inv_scale = 1.0f;   // fp8: 1 / the head's scale, applied in f32 before rounding
 };
+
+// KernelArgs::stream_out for a call the driver validated: T is f32 or f64; it writes min_bytes or
+// more (dispatch.hpp's stream_min_bytes); every stream with heads writes out of place; rotary_dim ==
+// head_dim, a multiple of 128 bytes (each half of a row, and so every vector, whole: no masked or
+// partial stores, no pass-through copies); output rows start on 64-byte boundaries (pointer and both
+// strides), so every vector store is aligned. Bytes in double: an unchecked call's values may be
+// anything. Not 16-bit rows: streamed through rotate_stream they measured 6-14% faster while other
+// work competed for memory and 1-16% slower when it did not (Intel Xeon VM, [8192, 32, 128]); the
+// register-resident kernels streamed were faster but cost 45% more compile time per TU.
+template <class T>
+bool stream_pays(const KernelArgs<T>& a, std::int64_t min_bytes) noexcept {
+  constexpr auto size = static_cast<std::int64_t>(sizeof(T));
+  if constexpr (size < 4) return false;
+  if (a.tokens <= 0 || a.rotary_dim != a.head_dim || a.rotary_dim <= 0 || (a.rotary_dim * size) % 128 != 0)
+    return false;
+  // a multiple of 64 bytes, in unsigned arithmetic (modulo 2^64, a multiple of 64: exact for any value)
+  const auto lines = [](std::uint64_t bytes) { return bytes % 64 == 0; };
+  double written = 0;
+  for (const StreamArgs<T>* s : {&a.q, &a.k}) {
+    if (s->heads <= 0) continue;
+    if (s->out == nullptr || static_cast<const void*>(s->in) == static_cast<const void*>(s->out)) return false;
+    if (!lines(reinterpret_cast<std::uintptr_t>(s->out)) ||
+        !lines(static_cast<std::uint64_t>(s->out_token_stride) * sizeof(T)) ||
+        !lines(static_cast<std::uint64_t>(s->out_head_stride) * sizeof(T)))
+      return false;
+    written += static_cast<double>(a.tokens) * static_cast<double>(s->heads) * static_cast<double>(a.rotary_dim * size);
+  }
+  return written > 0 && written >= static_cast<double>(min_bytes);
+}
 
 }  // namespace rotary::detail
 

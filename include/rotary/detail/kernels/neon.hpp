@@ -258,6 +258,9 @@ inline constexpr int kBlock = 1;
 inline constexpr int kPrefetchRows16 = 0;
 // 16-bit half-split rows keep the step order (avx512.hpp's kLineOrder16): not measured on NEON.
 inline constexpr bool kLineOrder16 = false;
+// Plain stores only (avx512.hpp's kStreamStores): not measured on an AArch64 core.
+inline constexpr bool kStreamStores = false;
+inline void store_fence() noexcept {}
 
 // After each kernel: nothing (AArch64 has no upper-state transitions).
 inline void leave_kernel() noexcept {}

@@ -12,6 +12,8 @@
 //   kBlockHalfBytes   half rows of at least this many bytes take the blocked order (0: never)
 //   kBlock            vectors per block
 //   copy_u16(in, out, n)   n 16-bit elements, bit for bit, nothing outside them touched
+//   kStreamStores     whether F32::stream and F64::stream exist (non-temporal full-vector stores)
+//                     and KernelArgs::stream_out is honoured; store_fence() orders them (sfence)
 //   leave_kernel()    what the entry points (rotate_tokens, norm_rows, cache_row) run after the
 //                     kernel, and the norm and cache-row kernels before a scalar tail whose helpers
 //                     may be compiled out of line: x86, clear_upper_state() (cpu.hpp says why); NEON,
@@ -518,6 +520,19 @@ bool run_policy(const KernelArgs<typename P::T>& a, std::int64_t t0, std::int64_
   return true;
 }
 
+// S with its full-vector stores non-temporal (S::stream): the stores of calls whose outputs go past
+// the caches (KernelArgs::stream_out, on ISAs with kStreamStores; f32 and f64). A plain store reads
+// its line before writing it; a streaming store writes whole lines without reading them, so the call
+// moves its output bytes once instead of twice. Masked stores stay plain. The driver's stream_pays
+// admits only rows whose every full-vector store is aligned to its vector.
+template <class Lanes>
+struct Streamed : Lanes {
+  using T = typename Lanes::T;
+  using V = typename Lanes::V;
+  using Lanes::store;
+  static ROTARY_KERNEL_INLINE void store(T* p, V v) noexcept { Lanes::stream(p, v); }
+};
+
 // The lane ops of storage type T (f32, f64, f16, bf16; bf16 with the integer rounding).
 template <class T>
 using LanesOf = std::conditional_t<
@@ -528,6 +543,19 @@ using LanesOf = std::conditional_t<
 // prefers it while a row fits in registers).
 template <class S>
 void rotate_tokens_impl(const KernelArgs<typename S::T>& a, std::int64_t t0, std::int64_t t1) noexcept {
+  if constexpr (kStreamStores && sizeof(typename S::T) >= 4) {  // f32, f64: as stream_pays
+    if (a.stream_out) {  // the streamed kernel with streaming stores, then the fence that orders them
+      using W = Streamed<S>;
+      if (a.pairing == Pairing::half_split)
+        rotate_stream<HalfSplit<W>>(a, t0, t1);
+      else if constexpr (S::kInterleavedPairs)
+        rotate_stream<InterleavedPairs<W>>(a, t0, t1);
+      else
+        rotate_stream<InterleavedDup<W>>(a, t0, t1);
+      store_fence();
+      return;
+    }
+  }
   if (a.pairing == Pairing::half_split) {
     if constexpr (S::packed_pairs) {
       if (run_policy<HalfSplitPairs<S>>(a, t0, t1, true)) return;
