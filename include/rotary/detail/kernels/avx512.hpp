@@ -392,7 +392,7 @@ inline constexpr int kPrefetchRows16 = 16;
 // between the halves. Intel Xeon VM, f16 out of place, the two orders alternated in one process
 // (memcpy of the same bytes): [512, 32, 128] 305-313 -> 293-298 us (284-286), [8192, 32, 128]
 // 11.5-11.6 -> 10.5-10.8 ms (9.4-9.8), [512, 32, 256] 650-656 -> 594-596 us (569-571); rows in
-// L1/L2 and decode the same within 2%. bf16 takes its packed-pair steps of whole lines where they
+// L1/L2 and decode the same within 3%. bf16 takes its packed-pair steps of whole lines where they
 // fit; f32 vectors are whole lines.
 inline constexpr bool kLineOrder16 = true;
 
