@@ -629,8 +629,8 @@ class StreamScope {
   std::int64_t saved_;
 };
 
-// The arguments stream_pays reads: q (and k if k_heads > 0) of `tokens` x heads rows, out of place
-// unless in == out. The pointers are only compared and tested for alignment, never dereferenced.
+// The arguments stream_pays reads: q of `tokens` x heads rows, out of place unless in == out. The
+// pointers are only compared and tested for alignment, never dereferenced.
 template <class T>
 KernelArgs<T> stream_case(const T* in, T* out, std::int64_t tokens, std::int64_t heads, std::int64_t head_dim,
                           std::int64_t rotary_dim, std::ptrdiff_t out_token_stride, std::ptrdiff_t out_head_stride) {
