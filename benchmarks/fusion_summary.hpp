@@ -17,6 +17,9 @@ struct FusionCase {
   std::string tail;  // tokens:T/...
   std::int64_t tokens;
   std::int64_t bytes;  // per call, what the fused op reads and writes
+  // per call, what the unfused composition reads and writes, counted the same way: unfused_bytes /
+  // bytes is the speed-up to expect where both are bound by the bytes they move
+  std::int64_t unfused_bytes;
 
   std::string run_name(const char* variant) const { return "fusion/" + op + "/" + dtype + "/" + variant + "/" + tail; }
 };
@@ -27,8 +30,9 @@ void register_fusion_cases();
 const std::map<std::string, FusionCase>& registered_fusion_cases();
 
 // The targets at 512 tokens (fused >= 1.6x unfused, >= 0.85x memcpy), one line per op, dtype and
-// shape, from bytes/s by run name (0: the case did not run, the line is skipped); the 1- and
-// 16-token rows are only in the saved results. Returns the number of targets NOT MET.
+// shape, with the op's byte bound (unfused_bytes / bytes), from bytes/s by run name (0: the case did
+// not run, the line is skipped); the 1- and 16-token rows are only in the saved results. Returns
+// the number of targets NOT MET.
 int print_fusion_summary(std::FILE* out, const std::function<double(const std::string&)>& bytes_per_second);
 
 }  // namespace rotary_bench
