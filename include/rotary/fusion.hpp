@@ -559,9 +559,9 @@ class PrologueRunner {
     // RoPE reads the caller's rows itself (no norm or deinterleaving before it) from beyond the caches
     const StridedLayout& ql = c.q_layout;
     const StridedLayout& kl = c.k_layout;
-    prefetch_ = !c.q_norm.enabled && !c.k_norm.enabled && !pre_q_ && !pre_k_ &&
-                prefetch_pays<T>(tokens, rotary_dim, {ql.heads, ql.token_stride, ql.head_stride},
-                                 {kl.heads, kl.token_stride, kl.head_stride});
+    if (!c.q_norm.enabled && !c.k_norm.enabled && !pre_q_ && !pre_k_)
+      prefetch_ = prefetch_pays<T>(tokens, rotary_dim, {ql.heads, ql.token_stride, ql.head_stride},
+                                   {kl.heads, kl.token_stride, kl.head_stride});
     // scratch rows for chunk_ tokens (a norm before RoPE and deinterleaving are never combined)
     // (uninitialized, on the stack at decode sizes: a decode step allocates nothing)
     if (pre_q_) q_in_.reset(static_cast<std::size_t>(chunk_ * c.q_layout.heads * d_));
@@ -711,7 +711,7 @@ class PrologueRunner {
   bool pre_k_ = false;
   bool k_direct_ = false;
   bool k_scratch_out_ = false;
-  bool prefetch_ = false;  // KernelArgs::prefetch for every chunk
+  Ahead prefetch_ = Ahead::none;  // KernelArgs::prefetch for every chunk
   std::int64_t chunk_ = 0;  // tokens per chunk at most (0: no limit)
   ScratchBuffer<T> q_in_;  // deinterleaved q rows
   ScratchBuffer<T> k_in_;  // deinterleaved k rows

@@ -545,29 +545,39 @@ TEST(SimdRounding, Bf16StoresRoundLikeConvertHpp) { check_rounding_all_isas<rota
 
 // ---- rows asked for ahead -----------------------------------------------------------------------
 
-// Which calls ask for rows ahead (KernelArgs::prefetch): gapped 16-bit rows beyond the caches only.
-TEST(PrefetchRows, OnlyGappedRowsBeyondTheCaches) {
+// Which calls ask for rows ahead (KernelArgs::prefetch): 16-bit rows beyond the caches, gapped rows
+// (rotate_stream) or rows that follow on (rotate_registers).
+TEST(PrefetchRows, Only16BitRowsBeyondTheCaches) {
+  using rotary::detail::Ahead;
   using rotary::detail::prefetch_pays;
   using B = rotary::bf16;
   const rotary::detail::RowSpan none{0, 0, 0};
   // DeepSeek's 64-value rope slices of 128 heads x 192: 512 tokens (25 MB) yes, 16 (0.8 MB) no
-  EXPECT_TRUE((prefetch_pays<B>(512, 64, {128, 128 * 192, 192}, none)));
-  EXPECT_FALSE((prefetch_pays<B>(16, 64, {128, 128 * 192, 192}, none)));
-  EXPECT_FALSE((prefetch_pays<float>(512, 64, {128, 128 * 192, 192}, none)));  // f32: never
-  // contiguous [T, 32, 128] rows: left to the hardware at any size; also as k with q absent
-  EXPECT_FALSE((prefetch_pays<B>(8192, 128, {32, 32 * 128, 128}, {8, 8 * 128, 128})));
-  EXPECT_FALSE((prefetch_pays<B>(8192, 128, none, {8, 8 * 128, 128})));
+  EXPECT_EQ((prefetch_pays<B>(512, 64, {128, 128 * 192, 192}, none)), Ahead::gapped);
+  EXPECT_EQ((prefetch_pays<B>(16, 64, {128, 128 * 192, 192}, none)), Ahead::none);
+  EXPECT_EQ((prefetch_pays<float>(512, 64, {128, 128 * 192, 192}, none)), Ahead::none);  // f32: never
+  EXPECT_EQ((prefetch_pays<float>(8192, 128, {32, 32 * 128, 128}, none)), Ahead::none);
+  // contiguous [T, 32, 128] rows from 8 MiB on (1024 tokens), q and k or k alone; not below
+  EXPECT_EQ((prefetch_pays<B>(8192, 128, {32, 32 * 128, 128}, {8, 8 * 128, 128})), Ahead::contiguous);
+  EXPECT_EQ((prefetch_pays<B>(1024, 128, {32, 32 * 128, 128}, none)), Ahead::contiguous);
+  EXPECT_EQ((prefetch_pays<B>(1000, 128, {32, 32 * 128, 128}, none)), Ahead::none);
+  EXPECT_EQ((prefetch_pays<rotary::f16>(8192, 128, none, {8, 8 * 128, 128})), Ahead::contiguous);
+  EXPECT_EQ((prefetch_pays<B>(512, 128, {32, 32 * 128, 128}, {8, 8 * 128, 128})), Ahead::none);
   // half of each 128-value head rotated (one line skipped per bf16 row), k's rows gapped, q's not
-  EXPECT_TRUE((prefetch_pays<B>(512, 64, {32, 32 * 128, 128}, none)));
-  EXPECT_TRUE((prefetch_pays<B>(512, 128, {32, 32 * 128, 128}, {8, 8 * 256, 256})));
-  // a gap shorter than a line does not count; one head per token has no rows to step along
-  EXPECT_FALSE((prefetch_pays<B>(512, 128, {32, 32 * 144, 144}, none)));
-  EXPECT_FALSE((prefetch_pays<B>(100000, 64, {1, 576, 576}, none)));
+  EXPECT_EQ((prefetch_pays<B>(512, 64, {32, 32 * 128, 128}, none)), Ahead::gapped);
+  EXPECT_EQ((prefetch_pays<B>(512, 128, {32, 32 * 128, 128}, {8, 8 * 256, 256})), Ahead::gapped);
+  // a gap shorter than a line does not count: such rows still follow on
+  EXPECT_EQ((prefetch_pays<B>(2048, 128, {32, 32 * 144, 144}, none)), Ahead::contiguous);
+  EXPECT_EQ((prefetch_pays<B>(512, 128, {32, 32 * 144, 144}, none)), Ahead::none);
+  // rows that do not follow on token after token (a padded token stride; one head per token with most
+  // of each token unread): left to the hardware
+  EXPECT_EQ((prefetch_pays<B>(512, 128, {32, 33 * 128, 128}, none)), Ahead::none);
+  EXPECT_EQ((prefetch_pays<B>(100000, 64, {1, 576, 576}, none)), Ahead::none);
   // the driver asks before it validates: any int64 values, without overflow (UBSan halts on one)
   constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
   constexpr std::int64_t kMin = std::numeric_limits<std::int64_t>::min();
-  EXPECT_TRUE((prefetch_pays<B>(kMax, 64, {kMax, kMin, kMin}, {kMax, kMax, kMax})));
-  EXPECT_FALSE((prefetch_pays<B>(kMin, kMin, {kMin, kMin, kMin}, none)));
+  EXPECT_EQ((prefetch_pays<B>(kMax, 64, {kMax, kMin, kMin}, {kMax, kMax, kMax})), Ahead::gapped);
+  EXPECT_EQ((prefetch_pays<B>(kMin, kMin, {kMin, kMin, kMin}, none)), Ahead::none);
 }
 
 // 16-bit rope slices of 2.4 MB take rotate_stream with rows asked for 16 ahead: the last rows' hints
@@ -577,7 +587,8 @@ template <class T>
 void check_prefetched_rows(Pairing pairing) {
   const std::int64_t tokens = 96, heads = 64, nope = 128, rope = 64, d = nope + rope;
   const auto n = static_cast<std::size_t>(tokens * heads * d);
-  ASSERT_TRUE((rotary::detail::prefetch_pays<T>(tokens, rope, {heads, heads * d, d}, {0, 0, 0})));
+  ASSERT_EQ((rotary::detail::prefetch_pays<T>(tokens, rope, {heads, heads * d, d}, {0, 0, 0})),
+            rotary::detail::Ahead::gapped);
   rotary_test::GuardedBuffer<T> x(n, rotary_test::Flush::end);
   std::mt19937_64 rng(base_seed() ^ 0x5eedu);
   std::vector<T> start(n);
@@ -611,6 +622,56 @@ TEST(PrefetchRows, Bf16SlicesMatchScalarAtTheGuardPage) {
 TEST(PrefetchRows, F16SlicesMatchScalarAtTheGuardPage) {
   check_prefetched_rows<rotary::f16>(Pairing::half_split);
   check_prefetched_rows<rotary::f16>(Pairing::interleaved);
+}
+
+// Contiguous 16-bit [T, H, D] rows of 8.1 MiB stay in rotate_registers and ask for the row 16 on
+// before each row: q and k (GQA) in place, both ending at guard pages, so the last rows' hints
+// point past the tensors; every ISA gives the scalar kernel's bits.
+template <class T>
+void check_prefetched_contiguous_rows(Pairing pairing) {
+  const std::int64_t tokens = 830, q_heads = 32, kv_heads = 8, d = 128;
+  const auto nq = static_cast<std::size_t>(tokens * q_heads * d);
+  const auto nk = static_cast<std::size_t>(tokens * kv_heads * d);
+  ASSERT_EQ((rotary::detail::prefetch_pays<T>(tokens, d, {q_heads, q_heads * d, d}, {kv_heads, kv_heads * d, d})),
+            rotary::detail::Ahead::contiguous);
+  rotary_test::GuardedBuffer<T> q(nq, rotary_test::Flush::end);
+  rotary_test::GuardedBuffer<T> k(nk, rotary_test::Flush::end);
+  std::mt19937_64 rng(base_seed() ^ 0xa4eadu);
+  std::vector<T> start(nq + nk);
+  for (T& v : start) v = T(static_cast<float>(static_cast<double>(rng() >> 11) * 0x1.0p-50 - 4.0));
+  const rotary::Rope<T> r(rotary::RotarySpec(d, pairing), 4096);
+  const rotary::StridedLayout ql{tokens, q_heads, q_heads * d, d};
+  const rotary::StridedLayout kl{tokens, kv_heads, kv_heads * d, d};
+  const auto pos = rotary::Positions::contiguous(2000);
+  std::vector<T> want;
+  for (const Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512}) {
+    if (!rotary::isa_supported(isa)) continue;
+    IsaScope scope(isa);
+    std::copy(start.begin(), start.begin() + static_cast<std::ptrdiff_t>(nq), q.data());
+    std::copy(start.begin() + static_cast<std::ptrdiff_t>(nq), start.end(), k.data());
+    rotary::apply_qk_strided(r, q.data(), ql, q.data(), ql, k.data(), kl, k.data(), kl, pos);
+    std::vector<T> got(q.data(), q.data() + nq);
+    got.insert(got.end(), k.data(), k.data() + nk);
+    if (isa == Isa::scalar) {
+      want = got;
+      continue;
+    }
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) differ += to_bits(got[i]) != to_bits(want[i]) ? 1 : 0;
+    EXPECT_EQ(differ, 0u) << rotary::to_string(isa) << " " << rotary::to_string(pairing);
+  }
+  std::size_t moved = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) moved += to_bits(want[i]) != to_bits(start[i]) ? 1 : 0;
+  EXPECT_GT(moved, want.size() / 2);
+}
+
+TEST(PrefetchRows, Bf16ContiguousRowsMatchScalarAtTheGuardPage) {
+  check_prefetched_contiguous_rows<rotary::bf16>(Pairing::half_split);
+  check_prefetched_contiguous_rows<rotary::bf16>(Pairing::interleaved);
+}
+TEST(PrefetchRows, F16ContiguousRowsMatchScalarAtTheGuardPage) {
+  check_prefetched_contiguous_rows<rotary::f16>(Pairing::half_split);
+  check_prefetched_contiguous_rows<rotary::f16>(Pairing::interleaved);
 }
 
 // ---- streaming stores ----------------------------------------------------------------------------

@@ -97,6 +97,13 @@ struct RowSource {
   }
 };
 
+// Which rows a call asks for ahead (KernelArgs::prefetch; prefetch_pays says when).
+enum class Ahead : std::uint8_t {
+  none,
+  gapped,      // rows with a cache line or more unread between them: rotate_stream asks for them
+  contiguous,  // each stream's rows one after another, token after token: rotate_registers asks
+};
+
 // T is the storage type; C = compute_t<T> the type of cos/sin and of the arithmetic.
 template <class T>
 struct KernelArgs {
@@ -109,9 +116,9 @@ struct KernelArgs {
   Pairing pairing = Pairing::half_split;
   bool inverse = false;
   RowSource<C> rows;  // set by the driver just before the kernels run
-  // Gapped rows read straight from more memory than the caches hold (prefetch_pays, set by the
-  // driver): the 16-bit kernels then ask for rows ahead (simd_body.hpp). Speed only, never a result.
-  bool prefetch = false;
+  // 16-bit rows read straight from more memory than the caches hold (prefetch_pays, set by the
+  // driver): the kernels then ask for rows ahead (simd_body.hpp). Speed only, never a result.
+  Ahead prefetch = Ahead::none;
   // Outputs written past the caches (stream_pays, set by the driver): kernels with streaming stores
   // (kStreamStores) write them non-temporally. Speed only, never a result.
   bool stream_out = false;
@@ -125,6 +132,10 @@ struct KernelArgs {
 // Input rows of a call spanning at least this many bytes are assumed not to be in a core's caches
 // (L2 is 1-2 MiB on the CPUs measured).
 inline constexpr std::int64_t kPrefetchSpanBytes = std::int64_t{1} << 20;
+// Rows that follow on are asked for from 8 MiB on: below, they are often in L3 still (an engine's
+// previous step wrote them), where the hints cost [512, 32, 128] f16 / bf16 rows (4 MiB) ~2% when
+// run again on the same rows; read from memory, 16 MiB and more gained 3-15% (Intel Xeon VM).
+inline constexpr std::int64_t kPrefetchContiguousBytes = std::int64_t{8} << 20;
 
 // One stream's input rows, as prefetch_pays sees them (element strides).
 struct RowSpan {
@@ -134,27 +145,36 @@ struct RowSpan {
 };
 
 // KernelArgs::prefetch for `tokens` tokens of rows q and k of which rotary_dim values of T are read:
-// T is 16-bit, the rows span kPrefetchSpanBytes or more, and the rows of q or of k leave at least a
-// cache line unread between one row's values and the next row's (a rope slice of longer heads, a
-// partial rotary_dim). Others are left to the hardware prefetchers: asked for ahead, f32 rope slices
-// measured the same or up to 15% slower and contiguous bf16 rows ([T, 32, 128]) the same or 2-3%
-// slower (Intel Xeon VM; simd-and-dispatch.md).
+// none unless T is 16-bit and the rows span kPrefetchSpanBytes or more; then gapped where the rows of
+// q or of k leave at least a cache line unread between one row's values and the next row's (a rope
+// slice of longer heads, a partial rotary_dim), contiguous where every stream's rows follow on, head
+// after head and token after token (token stride = heads x head stride, less than a line unread
+// between rows: [T, H, D] tensors) and span kPrefetchContiguousBytes or more, else none. The 16-bit conversions put more instructions per row
+// in the out-of-order window, which then holds fewer rows' misses at once; asking for rows 16 on
+// restores that overlap. Never f32: asked for ahead, f32 rope slices measured the same or up to 15%
+// slower (Intel Xeon VM; simd-and-dispatch.md, which also has the contiguous rows' figures).
 // Called before the driver validates the call: any int64 values, in double (no overflow, no abs of
 // INT64_MIN; an estimate is enough for a hint).
 template <class T>
-bool prefetch_pays(std::int64_t tokens, std::int64_t rotary_dim, const RowSpan& q, const RowSpan& k) noexcept {
-  if constexpr (sizeof(T) != 2) return false;
+Ahead prefetch_pays(std::int64_t tokens, std::int64_t rotary_dim, const RowSpan& q, const RowSpan& k) noexcept {
+  if constexpr (sizeof(T) != 2) return Ahead::none;
   const auto magnitude = [](std::int64_t v) { return std::fabs(static_cast<double>(v)); };
   const double size = sizeof(T);
   double span = 0;
   bool gaps = false;
+  bool follow_on = true;
   for (const RowSpan& s : {q, k}) {
     if (s.heads <= 0 || tokens <= 0) continue;
     span += (static_cast<double>(tokens) * magnitude(s.token_stride) +
              static_cast<double>(s.heads) * magnitude(s.head_stride)) * size;
+    const double unread = (static_cast<double>(s.head_stride) - static_cast<double>(rotary_dim)) * size;
     gaps = gaps || (s.heads > 1 && (magnitude(s.head_stride) - static_cast<double>(rotary_dim)) * size >= 64);
+    follow_on = follow_on && unread >= 0 && unread < 64 &&
+                static_cast<double>(s.token_stride) == static_cast<double>(s.heads) * static_cast<double>(s.head_stride);
   }
-  return gaps && span >= static_cast<double>(kPrefetchSpanBytes);
+  if (span < static_cast<double>(kPrefetchSpanBytes)) return Ahead::none;
+  if (gaps) return Ahead::gapped;
+  return follow_on && span >= static_cast<double>(kPrefetchContiguousBytes) ? Ahead::contiguous : Ahead::none;
 }
 
 // The two streams of a call (q's heads, then k's). Kernels copy this into locals so that their
@@ -210,8 +230,12 @@ class TokenRows {
     const std::uintptr_t line = 64;
     const std::uintptr_t last = (at + static_cast<std::uintptr_t>(bytes) - 1) & ~(line - 1);
     // (the cast back is the point: a pointer formed by arithmetic past the tensor would be undefined)
-    for (std::uintptr_t p = at & ~(line - 1); p <= last; p += line)
+    // The empty asm keeps the loop: g++ 12 at -O2 and -Os deleted it otherwise (a loop whose only
+    // statements are prefetches has no effect it must keep), so -O2 builds asked for nothing.
+    for (std::uintptr_t p = at & ~(line - 1); p <= last; p += line) {
       __builtin_prefetch(reinterpret_cast<const void*>(p), 0, 3);  // NOLINT(performance-no-int-to-ptr)
+      __asm__ volatile("" : : "r"(p));
+    }
 #else
     (void)ahead;
     (void)bytes;

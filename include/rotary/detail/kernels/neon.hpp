@@ -256,6 +256,7 @@ inline constexpr std::int64_t kBlockHalfBytes = 0;
 inline constexpr int kBlock = 1;
 // No rows asked for ahead (not measured on an AArch64 core).
 inline constexpr int kPrefetchRows16 = 0;
+inline constexpr bool kAheadInRegisters = false;  // (kPrefetchRows16 is 0)
 // 16-bit half-split rows keep the step order (avx512.hpp's kLineOrder16): not measured on NEON.
 inline constexpr bool kLineOrder16 = false;
 // Plain stores only (avx512.hpp's kStreamStores): not measured on an AArch64 core.

@@ -354,14 +354,14 @@ ROTARY_KERNEL_INLINE void tail_step(const typename P::T* in, typename P::T* out,
 
 // ---- kernels ------------------------------------------------------------------------------------
 
-// Gapped 16-bit rows from beyond the caches (KernelArgs::prefetch) on an ISA that asks for them: the
-// lines of the row kPrefetchRows16 on are asked for before each row (the conversions leave the
-// out-of-order window fewer rows to overlap misses in). Such calls take rotate_stream, so that
-// rotate_registers, the decode kernel, stays as it is (with the hint in it, bf16 decode measured 2-4%
-// slower even with the hint off).
+// 16-bit rows from beyond the caches (KernelArgs::prefetch) on an ISA that asks for them: the lines
+// of the row kPrefetchRows16 on in its stream are asked for before each row (the conversions leave
+// the out-of-order window fewer rows to overlap misses in). Gapped rows take rotate_stream; rows
+// that follow on stay in rotate_registers, which decides once per call (a hint tested per row there,
+// even when off, had cost bf16 decode 2-4%).
 template <class T>
-inline bool prefetches(const KernelArgs<T>& a) noexcept {
-  return kPrefetchRows16 > 0 && a.prefetch;
+inline bool prefetches(const KernelArgs<T>& a, Ahead kind) noexcept {
+  return kPrefetchRows16 > 0 && a.prefetch == kind;
 }
 
 // Steps per 64-byte line for rows written a line at a time (HalfSplit::block): 16-bit storage in the
@@ -388,7 +388,10 @@ ROTARY_KERNEL_INLINE auto tail_of(int rest) noexcept {
 
 // h = K * kPairs + rest pairs (rest < kPairs): per token, the cos/sin of the K full steps (and of
 // the masked last one) are loaded once into registers and all of the token's heads are swept.
-template <class P, int K>
+// kAhead: each row first asks for the row kPrefetchRows16 on in its stream (Ahead::contiguous; an
+// instantiation of its own, so that the decode kernel's code stays as it was: the choice made inside
+// one function cost bf16 half-split decode ~9% on the Intel Xeon VM).
+template <class P, int K, bool kAhead = false>
 ROTARY_KERNEL_TARGET void rotate_registers(const KernelArgs<typename P::T>& a, std::int64_t t0,
                                            std::int64_t t1) noexcept {
   using S = typename P::S;
@@ -403,6 +406,7 @@ ROTARY_KERNEL_TARGET void rotate_registers(const KernelArgs<typename P::T>& a, s
   const auto m = tail_of<P>(rest);
   const auto neg = S::sign(a.inverse);
   const C sign = a.inverse ? C(-1) : C(1);
+  [[maybe_unused]] const std::int64_t row_bytes = a.rotary_dim * static_cast<std::int64_t>(sizeof(T));
   for (std::int64_t t = t0; t < t1; ++t) {
     const CosSin<C> cs = a.cos_sin_row(t);
     Coef k[std::size_t{K} + 1];
@@ -415,6 +419,7 @@ ROTARY_KERNEL_TARGET void rotate_registers(const KernelArgs<typename P::T>& a, s
     for (TokenRows<T> w(rows, t); w.next();) {
       const T* in = w.in();
       T* out = w.out();
+      if constexpr (kAhead) w.prefetch_ahead(kPrefetchRows16, row_bytes);
       constexpr int kLine = line_steps<P>();
       constexpr int kLines = kLine > 0 ? K / kLine : 0;
       if constexpr (kLines > 0) {
@@ -447,7 +452,7 @@ ROTARY_KERNEL_TARGET void rotate_stream(const KernelArgs<typename P::T>& a, std:
   const auto neg = S::sign(a.inverse);
   const C sign = a.inverse ? C(-1) : C(1);
   constexpr std::int64_t kBlockPairs = std::int64_t{kBlock} * P::kPairs;
-  const bool ahead = prefetches<T>(a);
+  const bool ahead = prefetches<T>(a, Ahead::gapped);
   const std::int64_t row_bytes = a.rotary_dim * static_cast<std::int64_t>(sizeof(T));
   for (std::int64_t t = t0; t < t1; ++t) {
     const CosSin<C> cs = a.cos_sin_row(t);
@@ -490,6 +495,15 @@ bool run_registers(const KernelArgs<typename P::T>& a, std::int64_t full, std::i
     return false;
   } else {
     if (full == K) {
+      // (power-of-two K only: rotary_dim 64, 128, 256, ...; instantiating every K cost ~14% more
+      // compile time)
+      if constexpr (sizeof(typename P::T) == 2 && kPrefetchRows16 > 0 && kAheadInRegisters && K >= 2 &&
+                    (K & (K - 1)) == 0) {
+        if (prefetches(a, Ahead::contiguous)) {
+          rotate_registers<P, K, true>(a, t0, t1);
+          return true;
+        }
+      }
       rotate_registers<P, K>(a, t0, t1);
       return true;
     }
@@ -512,7 +526,7 @@ bool run_policy(const KernelArgs<typename P::T>& a, std::int64_t t0, std::int64_
   bool blocked = false;
   if constexpr (P::kBlocked && kBlockHalfBytes > 0)
     blocked = h * static_cast<std::int64_t>(sizeof(typename P::T)) >= kBlockHalfBytes;
-  if (!blocked && !prefetches(a) && full + (P::S::kMasked && tail ? 1 : 0) <= budget &&
+  if (!blocked && !prefetches(a, Ahead::gapped) && full + (P::S::kMasked && tail ? 1 : 0) <= budget &&
       run_registers<P>(a, full, t0, t1))
     return true;
   if (only_registers) return false;
