@@ -388,10 +388,11 @@ inline constexpr int kBlock = 8;
 // which measured the same or up to 15% slower when asked for.
 inline constexpr int kPrefetchRows16 = 16;
 // 16-bit rows that follow on, from kPrefetchContiguousBytes on (Ahead::contiguous): rotate_registers
-// asks for the row kPrefetchRows16 on before each row, in instantiations of its own. Intel Xeon VM,
-// [8192, 32, 128] out of place against memcpy of the same bytes, alternated in one process: f16
-// 0.81-0.87x -> 0.91x, bf16 0.83-0.87x -> 0.97x; [4096, 32, 128] +5-8%; decode unchanged (it never
-// asks). They add ~12% to the compile time of a TU that instantiates the kernels.
+// asks for the row kPrefetchRows16 on before each row, in instantiations of its own (power-of-two
+// step counts). Intel Xeon VM, g++ -O2, [8192, 32, 128] out of place, each call paired with a memcpy
+// of the same bytes, old and new builds alternated: f16 0.83-0.88x -> 0.90-0.95x, bf16 0.83-0.93x ->
+// 0.93-0.99x; [4096, 32, 128] +5-8%; decode unchanged (it never asks). They add ~5% to the compile
+// time of a TU that instantiates the kernels.
 inline constexpr bool kAheadInRegisters = true;
 // 16-bit half-split rows are written a line at a time (simd_body.hpp, line_steps): the two 32-byte
 // vectors of a half's line, then the two of the other half's, rather than half lines alternating

@@ -149,10 +149,11 @@ struct RowSpan {
 // q or of k leave at least a cache line unread between one row's values and the next row's (a rope
 // slice of longer heads, a partial rotary_dim), contiguous where every stream's rows follow on, head
 // after head and token after token (token stride = heads x head stride, less than a line unread
-// between rows: [T, H, D] tensors) and span kPrefetchContiguousBytes or more, else none. The 16-bit conversions put more instructions per row
-// in the out-of-order window, which then holds fewer rows' misses at once; asking for rows 16 on
-// restores that overlap. Never f32: asked for ahead, f32 rope slices measured the same or up to 15%
-// slower (Intel Xeon VM; simd-and-dispatch.md, which also has the contiguous rows' figures).
+// between rows: [T, H, D] tensors) and span kPrefetchContiguousBytes or more, else none. The 16-bit
+// conversions put more instructions per row in the out-of-order window, which then holds fewer rows'
+// misses at once; asking for rows 16 on restores that overlap. Never f32: asked for ahead, f32 rope
+// slices measured the same or up to 15% slower (Intel Xeon VM; simd-and-dispatch.md, which also has
+// the contiguous rows' figures).
 // Called before the driver validates the call: any int64 values, in double (no overflow, no abs of
 // INT64_MIN; an estimate is enough for a hint).
 template <class T>
@@ -169,12 +170,13 @@ Ahead prefetch_pays(std::int64_t tokens, std::int64_t rotary_dim, const RowSpan&
              static_cast<double>(s.heads) * magnitude(s.head_stride)) * size;
     const double unread = (static_cast<double>(s.head_stride) - static_cast<double>(rotary_dim)) * size;
     gaps = gaps || (s.heads > 1 && (magnitude(s.head_stride) - static_cast<double>(rotary_dim)) * size >= 64);
-    follow_on = follow_on && unread >= 0 && unread < 64 &&
-                static_cast<double>(s.token_stride) == static_cast<double>(s.heads) * static_cast<double>(s.head_stride);
+    const double row_after_row = static_cast<double>(s.heads) * static_cast<double>(s.head_stride);
+    follow_on = follow_on && unread >= 0 && unread < 64 && static_cast<double>(s.token_stride) == row_after_row;
   }
   if (span < static_cast<double>(kPrefetchSpanBytes)) return Ahead::none;
   if (gaps) return Ahead::gapped;
-  return follow_on && span >= static_cast<double>(kPrefetchContiguousBytes) ? Ahead::contiguous : Ahead::none;
+  const bool large = span >= static_cast<double>(kPrefetchContiguousBytes);
+  return follow_on && large ? Ahead::contiguous : Ahead::none;
 }
 
 // The two streams of a call (q's heads, then k's). Kernels copy this into locals so that their
