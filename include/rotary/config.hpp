@@ -60,6 +60,16 @@
 #define ROTARY_ALWAYS_INLINE inline
 #endif
 
+// Error paths (message building): out of line and laid out apart from the code that checks, so a
+// valid call's checks stay small (decode-sized calls spend a third of their time in them).
+#if defined(__GNUC__)
+#define ROTARY_COLD __attribute__((cold, noinline))
+#elif defined(_MSC_VER)
+#define ROTARY_COLD __declspec(noinline)
+#else
+#define ROTARY_COLD
+#endif
+
 // Target regions: empty when the TU's own flags already enable the whole feature set (the attribute
 // would change nothing) or when there are no x86 kernels. The feature sets are exactly the ISAs of
 // dispatch.hpp: avx2 = AVX2+FMA+F16C, avx512 = AVX-512 F+VL+BW+DQ (plus the avx2 set).

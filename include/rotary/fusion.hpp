@@ -341,12 +341,15 @@ std::string check_prologue(const Prologue<T, E, W>& c, std::int64_t head_dim, st
   if (c.has_k_cache()) {
     if (c.k_cache.head_dim != head_dim)
       return concat("k_cache head_dim (", c.k_cache.head_dim, ") is not the rotator's (", head_dim, ")");
-    if (std::string m = check_cache_write("k", c.k, c.k_layout, c.slots, "k_cache", c.k_cache); !m.empty()) return m;
+    // (k's view was checked above with head_dim, which is k_cache's)
+    if (std::string m = check_cache_write("k", c.k, c.k_layout, c.slots, "k_cache", c.k_cache, true, false);
+        !m.empty())
+      return m;
   }
-  if (c.has_v_cache()) {  // the slots once where both caches have the same slots and blocks
+  if (c.has_v_cache()) {  // the slots once where both caches have the same slots and blocks; v's view above
     const bool same_slots = c.has_k_cache() && c.k_cache.slots() == c.v_cache.slots() &&
                             c.k_cache.block_size == c.v_cache.block_size;
-    if (std::string m = check_cache_write("v", c.v, c.v_layout, c.slots, "v_cache", c.v_cache, !same_slots);
+    if (std::string m = check_cache_write("v", c.v, c.v_layout, c.slots, "v_cache", c.v_cache, !same_slots, false);
         !m.empty())
       return m;
   }

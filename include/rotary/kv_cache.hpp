@@ -390,16 +390,21 @@ std::string check_cache_apart(const Name& name, const T* p, const StridedLayout&
 
 // The whole of a write: rows [tokens, cache.heads] of cache.head_dim, one slot per token.
 // check_slots false: the caller has checked these slots against a cache of the same slots and block
-// size (the result would be the same; at 512 tokens the duplicate check sorts a copy).
+// size (the result would be the same; at 512 tokens the duplicate check sorts a copy). check_x false:
+// the caller has checked x's view (check_view of l with the cache's head_dim).
 template <class T, class E>
 std::string check_cache_write(const Name& name, const T* x, const StridedLayout& l, const Slots& slots,
-                              const char* cache_name, const KvCacheView<E>& c, bool check_slots = true) {
+                              const char* cache_name, const KvCacheView<E>& c, bool check_slots = true,
+                              bool check_x = true) {
   std::string m = c.check();
   if (!m.empty()) return concat(cache_name, ": ", m);
   if (l.heads != c.heads)
     return concat(name, " has ", l.heads, " heads but ", cache_name, " has ", c.heads);
-  if (std::string v = check_view(name, x, l.tokens, l.heads, l.token_stride, l.head_stride, c.head_dim); !v.empty())
-    return v;
+  if (check_x) {
+    if (std::string v = check_view(name, x, l.tokens, l.heads, l.token_stride, l.head_stride, c.head_dim);
+        !v.empty())
+      return v;
+  }
   if (check_slots) {
     if (std::string s = slots.check(l.tokens, c.slots(), c.block_size); !s.empty()) return s;
   }

@@ -9,8 +9,9 @@
 
 namespace rotary::detail {
 
+// Out of line (ROTARY_COLD): only failed checks build a message.
 template <class... Parts>
-std::string concat(const Parts&... parts) {
+ROTARY_COLD std::string concat(const Parts&... parts) {
   std::ostringstream os;
   os.precision(17);
   (os << ... << parts);

@@ -468,6 +468,21 @@ bool heads_apart(const T* a, std::int64_t a_heads, std::ptrdiff_t a_ts, std::ptr
   return rows_disjoint(tokens, gap + (a_first ? b_heads : a_heads), a_ts, a_hs, head_dim);
 }
 
+// The message for two of q's and k's views that share a row the call would write (qk_clash found
+// them). Out of line: the check itself stays small where calls are valid.
+template <class T>
+ROTARY_COLD std::string qk_clash_message(const KernelArgs<T>& a, int x_view, int y_view) {
+  const ViewNames qn = view_names("q", in_place(a.q), "");
+  const ViewNames kn = view_names("k", in_place(a.k), "");
+  const auto rows = [&a](int view) {  // 0: q in, 1: q out, 2: k in, 3: k out
+    const StreamArgs<T>& s = view < 2 ? a.q : a.k;
+    return view % 2 == 0 ? in_rows(s, a.tokens, a.head_dim) : out_rows(s, a.tokens, a.head_dim);
+  };
+  const Name names[] = {qn.in, qn.out, kn.in, kn.out};
+  return concat("q and k views overlap: ", where_views_meet(names[x_view], rows(x_view), names[y_view], rows(y_view)),
+                "; a q output may not share a row with k, nor a k output with q");
+}
+
 // The first of q's and k's views that share a row the call would write (a q output with a k view, or
 // a k output with q's input), and where; "" if none.
 template <class T>
@@ -477,25 +492,19 @@ std::string qk_clash(const KernelArgs<T>& a) {
     std::ptrdiff_t ts;
     std::ptrdiff_t hs;
     std::int64_t heads;
-    Name name;
   };
-  const ViewNames qn = view_names("q", in_place(a.q), "");
-  const ViewNames kn = view_names("k", in_place(a.k), "");
-  const V qi{a.q.in, a.q.in_token_stride, a.q.in_head_stride, a.q.heads, qn.in};
-  const V qo{a.q.out, a.q.out_token_stride, a.q.out_head_stride, a.q.heads, qn.out};
-  const V ki{a.k.in, a.k.in_token_stride, a.k.in_head_stride, a.k.heads, kn.in};
-  const V ko{a.k.out, a.k.out_token_stride, a.k.out_head_stride, a.k.heads, kn.out};
-  const std::pair<const V*, const V*> pairs[] = {{&qo, &ki}, {&qo, &ko}, {&ko, &qi}};
-  for (const auto& [x, y] : pairs) {
-    const Extent ex = extent_of(x->p, a.tokens, x->heads, x->ts, x->hs, a.head_dim);
-    const Extent ey = extent_of(y->p, a.tokens, y->heads, y->ts, y->hs, a.head_dim);
-    if (!overlap(ex, ey) ||
-        heads_apart<T>(x->p, x->heads, x->ts, x->hs, y->p, y->heads, y->ts, y->hs, a.tokens, a.head_dim))
-      continue;
-    const RowSet rx(x->p, a.head_dim, {{"token", a.tokens, x->ts}, {"head", x->heads, x->hs}});
-    const RowSet ry(y->p, a.head_dim, {{"token", a.tokens, y->ts}, {"head", y->heads, y->hs}});
-    return concat("q and k views overlap: ", where_views_meet(x->name, rx, y->name, ry),
-                  "; a q output may not share a row with k, nor a k output with q");
+  const V views[] = {{a.q.in, a.q.in_token_stride, a.q.in_head_stride, a.q.heads},
+                     {a.q.out, a.q.out_token_stride, a.q.out_head_stride, a.q.heads},
+                     {a.k.in, a.k.in_token_stride, a.k.in_head_stride, a.k.heads},
+                     {a.k.out, a.k.out_token_stride, a.k.out_head_stride, a.k.heads}};
+  constexpr int kPairs[3][2] = {{1, 2}, {1, 3}, {3, 0}};  // q out with k in, q out with k out, k out with q in
+  for (const auto& [i, j] : kPairs) {
+    const V& x = views[i];
+    const V& y = views[j];
+    const Extent ex = extent_of(x.p, a.tokens, x.heads, x.ts, x.hs, a.head_dim);
+    const Extent ey = extent_of(y.p, a.tokens, y.heads, y.ts, y.hs, a.head_dim);
+    if (overlap(ex, ey) && !heads_apart<T>(x.p, x.heads, x.ts, x.hs, y.p, y.heads, y.ts, y.hs, a.tokens, a.head_dim))
+      return qk_clash_message(a, i, j);
   }
   return {};
 }
