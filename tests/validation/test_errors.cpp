@@ -210,6 +210,19 @@ TEST_F(CallErrors, OverlapMessagesSayWhere) {
       {"q and k views overlap: q output (token 2, head 0) element 4 is the same memory as k input (token 0, "
        "head 0) "
        "element 0"});
+  // The other two pairs the check compares: q and k outputs, and a k output over q's input.
+  expect_error(
+      [&] {
+        rotary::apply_qk_strided(rope, p, ql, p + 200, ql, p + 300, kl, p + 236, kl, Positions::contiguous(0));
+      },
+      {"q and k views overlap: q output (token 2, head 0) element 4 is the same memory as k output (token 0, "
+       "head 0) element 0"});
+  expect_error(
+      [&] {
+        rotary::apply_qk_strided(rope, p, ql, p + 200, ql, p + 300, kl, p + 8, kl, Positions::contiguous(0));
+      },
+      {"q and k views overlap: k output (token 0, head 0) element 0 is the same memory as q input (token 0, "
+       "head 1) element 0"});
   // Batches: batch, token and head of each view.
   const rotary::BatchShape s{2, 2, 2, 8};
   expect_error(
