@@ -674,6 +674,71 @@ TEST(PrefetchRows, F16ContiguousRowsMatchScalarAtTheGuardPage) {
   check_prefetched_contiguous_rows<rotary::f16>(Pairing::interleaved);
 }
 
+// BHSD rows ([heads, tokens, D] per sequence) are a head stride apart, which prefetch_pays calls
+// gapped, but the driver walks them head by head (run_tokens), where each head's rows follow on
+// token after token: those are not asked for ahead (rows_follow_on); rows with a line or more unread
+// between one token's and the next's still are.
+TEST(PrefetchRows, HeadMajorRowsThatFollowOn) {
+  using B = rotary::bf16;
+  using rotary::detail::rows_follow_on;
+  const std::int64_t tokens = 512, heads = 32, d = 128;
+  ASSERT_EQ((rotary::detail::prefetch_pays<B>(tokens, d, {heads, d, tokens * d}, {0, 0, 0})),
+            rotary::detail::Ahead::gapped);
+  std::vector<B> buf(1);
+  const auto stream = [&](std::int64_t token_stride, std::int64_t head_stride) {
+    const rotary::StridedLayout l{tokens, heads, token_stride, head_stride};
+    return rotary::detail::make_stream(static_cast<const B*>(buf.data()), l, buf.data(), l);
+  };
+  EXPECT_TRUE(rows_follow_on(stream(d, tokens * d), d));                     // BHSD
+  EXPECT_TRUE(rows_follow_on(stream(d + 16, tokens * (d + 16)), d));         // 32 bytes unread
+  EXPECT_FALSE(rows_follow_on(stream(d + 32, tokens * (d + 32)), d));        // a line unread
+  EXPECT_FALSE(rows_follow_on(stream(d, tokens * d), d / 2));                // half of each row rotated
+  EXPECT_FALSE(rows_follow_on(stream(heads * d, d), d));                     // BSHD: a token's heads between
+}
+
+// 16-bit BHSD rows of 2 MiB (gapped by prefetch_pays, walked head by head without the hint) in place,
+// ending at a guard page: every ISA gives the scalar kernel's bits.
+template <class T>
+void check_head_major_rows(Pairing pairing) {
+  const std::int64_t tokens = 256, heads = 32, d = 128;
+  const auto n = static_cast<std::size_t>(tokens * heads * d);
+  rotary_test::GuardedBuffer<T> x(n, rotary_test::Flush::end);
+  std::mt19937_64 rng(base_seed() ^ 0xb45du);
+  std::vector<T> start(n);
+  for (T& v : start) v = T(static_cast<float>(static_cast<double>(rng() >> 11) * 0x1.0p-50 - 4.0));
+  const rotary::Rope<T> r(rotary::RotarySpec(d, pairing), 4096);
+  const rotary::StridedLayout l{tokens, heads, d, tokens * d};
+  ASSERT_EQ((rotary::detail::prefetch_pays<T>(tokens, d, {heads, d, tokens * d}, {0, 0, 0})),
+            rotary::detail::Ahead::gapped);
+  const auto pos = rotary::Positions::contiguous(1000);
+  std::vector<T> want;
+  for (const Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512}) {
+    if (!rotary::isa_supported(isa)) continue;
+    IsaScope scope(isa);
+    std::copy(start.begin(), start.end(), x.data());
+    rotary::apply_strided(r, x.data(), l, pos);
+    if (isa == Isa::scalar) {
+      want.assign(x.data(), x.data() + n);
+      continue;
+    }
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < n; ++i) differ += to_bits(x.data()[i]) != to_bits(want[i]) ? 1 : 0;
+    EXPECT_EQ(differ, 0u) << rotary::to_string(isa) << " " << rotary::to_string(pairing);
+  }
+  std::size_t moved = 0;
+  for (std::size_t i = 0; i < n; ++i) moved += to_bits(want[i]) != to_bits(start[i]) ? 1 : 0;
+  EXPECT_GT(moved, n / 2);
+}
+
+TEST(PrefetchRows, Bf16HeadMajorRowsMatchScalarAtTheGuardPage) {
+  check_head_major_rows<rotary::bf16>(Pairing::half_split);
+  check_head_major_rows<rotary::bf16>(Pairing::interleaved);
+}
+TEST(PrefetchRows, F16HeadMajorRowsMatchScalarAtTheGuardPage) {
+  check_head_major_rows<rotary::f16>(Pairing::half_split);
+  check_head_major_rows<rotary::f16>(Pairing::interleaved);
+}
+
 // ---- streaming stores ----------------------------------------------------------------------------
 
 // stream_min_bytes for the scope; the previous state (resolved or not) back after it.

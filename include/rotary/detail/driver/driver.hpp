@@ -161,6 +161,14 @@ bool heads_farther_than_tokens(const StreamArgs<T>& s) noexcept {
   return s.heads > 1 && (far(s.in_head_stride, s.in_token_stride) || far(s.out_head_stride, s.out_token_stride));
 }
 
+// Whether a stream's input rows follow on token after token (less than a cache line unread between
+// one token's row and the next's), as they do in BHSD.
+template <class T>
+bool rows_follow_on(const StreamArgs<T>& s, std::int64_t rotary_dim) noexcept {
+  const std::int64_t unread = (s.in_token_stride - rotary_dim) * static_cast<std::int64_t>(sizeof(T));
+  return unread >= 0 && unread < 64;
+}
+
 template <class T>
 void run_tokens(Kernel<T> kernel, const KernelArgs<T>& a, std::int64_t t0, std::int64_t t1) {
   if (t1 - t0 < 2 || (!heads_farther_than_tokens(a.q) && !heads_farther_than_tokens(a.k))) {
@@ -172,6 +180,11 @@ void run_tokens(Kernel<T> kernel, const KernelArgs<T>& a, std::int64_t t0, std::
   for (std::int64_t b = t0; b < t1; b += kHeadMajorBlock) {
     const std::int64_t e = std::min(t1, b + kHeadMajorBlock);
     for (const StreamArgs<T>* s : {&a.q, &a.k}) {
+      // prefetch_pays calls rows a head stride apart gapped, but walked this way each head's input
+      // rows follow on token after token (BHSD): a few streams the hardware prefetchers follow. The
+      // gapped hint (rotate_stream) is then not asked for: 16-bit [4 x 128 tokens, 32 + 8 heads, 128]
+      // BHSD on an Intel Xeon VM went from 0.71-0.73x to 0.95-0.96x memcpy.
+      one.prefetch = a.prefetch == Ahead::gapped && rows_follow_on(*s, a.rotary_dim) ? Ahead::none : a.prefetch;
       for (std::int64_t h = 0; h < s->heads; h += kHeadMajorGroup) {
         one.q = *s;
         one.q.in = s->in_row(0, h);
