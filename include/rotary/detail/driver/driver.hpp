@@ -183,7 +183,7 @@ void run_tokens(Kernel<T> kernel, const KernelArgs<T>& a, std::int64_t t0, std::
       // prefetch_pays calls rows a head stride apart gapped, but walked this way each head's input
       // rows follow on token after token (BHSD): a few streams the hardware prefetchers follow. The
       // gapped hint (rotate_stream) is then not asked for: 16-bit [4 x 128 tokens, 32 + 8 heads, 128]
-      // BHSD on an Intel Xeon VM went from 0.71-0.73x to 0.95-0.96x memcpy.
+      // BHSD on an Intel Xeon VM went from 0.59-0.73x to 0.95-0.96x memcpy.
       one.prefetch = a.prefetch == Ahead::gapped && rows_follow_on(*s, a.rotary_dim) ? Ahead::none : a.prefetch;
       for (std::int64_t h = 0; h < s->heads; h += kHeadMajorGroup) {
         one.q = *s;
