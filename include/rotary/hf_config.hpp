@@ -46,7 +46,7 @@
 //                 RoPE (Llama 4's full_attention layers, Command R7B's full_attention layers) throw.
 //   pairing       ResolveOptions::pairing, else rope_interleave (DeepSeek-V3 in HF), else the family's
 //                 (hf_families(); checked against each family's modeling code). An unknown or absent
-//                 model_type resolves half_split with a warning.
+//                 model_type without one of the first two is refused: config.json does not say.
 //   ALiBi         alibi: true (Falcon-RW) has no rotary embedding: an error.
 // Warnings (ResolvedRope::warnings, after HfConfig::warnings from the parser): things transformers
 // would also accept but a caller should see (unknown family, misspelt keys found by the parser, ...).
@@ -230,13 +230,33 @@ inline const HfFamily* find_hf_family(std::string_view model_type) {
   return nullptr;
 }
 
-// The pairing a model family's reference implementation uses (hf_families()); half_split for an
-// unknown or empty model_type (rotate_half is transformers' default; resolve() warns about it).
-//   interleaved: llama4_text, deepseek_v2, deepseek_v3, glm, glm4, chatglm, cohere, cohere2, gptj, codegen
-inline Pairing pairing_for_model_type(std::string_view model_type) {
+namespace detail {
+// The pairing of a family rotary has checked (hf_families(), and Llama 4's composite model_type),
+// else nothing: config.json does not say how a model pairs the values it rotates.
+inline std::optional<Pairing> known_pairing(std::string_view model_type) {
   if (model_type == "llama4") return Pairing::interleaved;  // the composite config's own model_type
   const HfFamily* f = find_hf_family(model_type);
-  return f ? f->pairing : Pairing::half_split;
+  if (f == nullptr) return std::nullopt;
+  return f->pairing;
+}
+
+ROTARY_COLD inline std::string unknown_pairing_message(std::string_view model_type) {
+  return concat(model_type.empty() ? std::string("model_type is absent")
+                                   : concat("model_type '", model_type, "' is not a family rotary has checked"),
+                ", and config.json does not say how its RoPE pairs the values it rotates (adjacent pairs, as "
+                "GPT-J, GLM-4 and DeepSeek do, or the two halves, as Llama's rotate_half does); read its modeling "
+                "code and pass ResolveOptions::pairing (rotary-inspect: --pairing interleaved|half_split)");
+}
+}  // namespace detail
+
+// The pairing a model family's reference implementation uses (hf_families(), each checked against
+// its modeling code). Throws rotary::error for an unknown or empty model_type: guessing rotate_half
+// would give silently wrong rotations for a model that rotates adjacent pairs.
+//   interleaved: llama4_text, deepseek_v2, deepseek_v3, glm, glm4, chatglm, cohere, cohere2, gptj, codegen
+inline Pairing pairing_for_model_type(std::string_view model_type) {
+  const std::optional<Pairing> p = detail::known_pairing(model_type);
+  if (!p) throw error(detail::unknown_pairing_message(model_type));
+  return *p;
 }
 
 // The layer type resolve() uses when ResolveOptions::layer_type is empty: the family's RoPE layers.
@@ -316,13 +336,10 @@ inline ResolvedRope resolve(const HfConfig& config, const ResolveOptions& option
   ResolvedRope r;
   r.warnings = config.warnings;
   if (!family)
-    r.warnings.push_back(
-        model_type.empty()
-            ? std::string("model_type is absent: no class defaults, half_split pairing (rotate_half) assumed")
-            : concat("model_type '", model_type,
-                     "' is not a family rotary has checked: no class defaults (rope_theta 10000), "
-                     "half_split pairing (rotate_half) assumed; pass ResolveOptions::pairing if its "
-                     "modeling code rotates adjacent pairs"));
+    r.warnings.push_back(concat(
+        model_type.empty() ? std::string("model_type is absent")
+                           : concat("model_type '", model_type, "' is not a family rotary has checked"),
+        ": no class defaults (rope_theta 10000 where the config has none)"));
   if (config.alibi && *config.alibi)
     throw error(concat("alibi (true): model_type '", model_type,
                        "' with ALiBi has no rotary position embedding"));
@@ -446,10 +463,13 @@ inline ResolvedRope resolve(const HfConfig& config, const ResolveOptions& option
                          factor.value_or(1.0), ")) must be even and positive"));
   }
 
-  // 4. Pairing.
-  Pairing pairing = pairing_for_model_type(model_type);
-  if (config.rope_interleave) pairing = *config.rope_interleave ? Pairing::interleaved : Pairing::half_split;
-  if (options.pairing) pairing = *options.pairing;
+  // 4. Pairing: the caller's, else the config's rope_interleave (DeepSeek-V3), else the family's; a
+  // model nobody has checked is refused rather than given rotate_half's pairs.
+  std::optional<Pairing> pairing = options.pairing;
+  if (!pairing && config.rope_interleave)
+    pairing = *config.rope_interleave ? Pairing::interleaved : Pairing::half_split;
+  if (!pairing) pairing = detail::known_pairing(model_type);
+  if (!pairing) throw error(detail::unknown_pairing_message(model_type));
 
   // 5. M-RoPE sections: they must cover the rotated pairs (HF's torch.split would fail otherwise).
   // Each entry is at most rotary_dim/2 and the sum stops once it passes rotary_dim/2, so it stays
@@ -471,7 +491,7 @@ inline ResolvedRope resolve(const HfConfig& config, const ResolveOptions& option
   if (options.seq_len && *options.seq_len < 0)
     throw error(concat("seq_len (", *options.seq_len, ") must be >= 0"));
   r.layer_type = layer_type;
-  r.spec = RotarySpec(head_dim, pairing, p.rope_theta, rotary_dim);
+  r.spec = RotarySpec(head_dim, *pairing, p.rope_theta, rotary_dim);
   r.spec.validate();
   r.input.head_dim = head_dim;
   r.input.rotary_dim = rotary_dim;

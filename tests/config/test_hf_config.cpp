@@ -280,15 +280,20 @@ TEST(HfConfig, PairingByModelFamily) {
                         "llama4_text", "llama4"})
     EXPECT_EQ(rotary::pairing_for_model_type(m), Pairing::interleaved) << m;
   for (const char* m : {"llama", "mistral", "qwen2", "qwen3", "phi", "phi3", "gpt_neox", "gemma3_text", "stablelm",
-                        "falcon", "gpt_oss", "qwen2_vl", "qwen3_vl_text", "glm4_moe", "", "some_future_model"})
+                        "falcon", "gpt_oss", "qwen2_vl", "qwen3_vl_text"})
     EXPECT_EQ(rotary::pairing_for_model_type(m), Pairing::half_split) << m;
+  // config.json does not say how a model pairs its values: no guess for a family nobody has checked
+  for (const char* m : {"", "some_future_model", "Llama", "llama "})
+    expect_error([&] { rotary::pairing_for_model_type(m); }, {"config.json does not say", "ResolveOptions::pairing"});
   HfConfig c = llama();
   c.model_type = "cohere";
   EXPECT_EQ(resolve(c).spec.pairing, Pairing::interleaved);
-  c.model_type.reset();
-  EXPECT_EQ(resolve(c).spec.pairing, Pairing::half_split);
   ResolveOptions o;
-  o.pairing = Pairing::interleaved;  // the override wins
+  o.pairing = Pairing::half_split;  // the override wins
+  EXPECT_EQ(resolve(c, o).spec.pairing, Pairing::half_split);
+  c.rope_interleave = false;  // so does the config's own key (DeepSeek-V3's), over the family
+  EXPECT_EQ(resolve(c).spec.pairing, Pairing::half_split);
+  o.pairing = Pairing::interleaved;  // and the caller's over both
   EXPECT_EQ(resolve(c, o).spec.pairing, Pairing::interleaved);
 }
 
@@ -541,12 +546,23 @@ TEST(HfConfig, UnknownFamilyAndAlibi) {
   HfConfig c = llama();
   c.model_type = "some_future_model";
   c.warnings = {"from the parser"};
-  const auto r = resolve(c);
+  // refused, not resolved with rotate_half's pairs: the pairing comes from the caller ...
+  expect_error([&] { resolve(c); },
+               {"model_type 'some_future_model' is not a family rotary has checked", "config.json does not say",
+                "ResolveOptions::pairing", "--pairing"});
+  ResolveOptions o;
+  o.pairing = Pairing::interleaved;
+  const auto r = resolve(c, o);
+  EXPECT_EQ(r.spec.pairing, Pairing::interleaved);
   EXPECT_EQ(r.warnings.front(), "from the parser");
-  EXPECT_TRUE(has_warning(r, "model_type 'some_future_model' is not a family rotary has checked"));
-  EXPECT_TRUE(has_warning(r, "half_split"));
+  EXPECT_TRUE(has_warning(r, "model_type 'some_future_model' is not a family rotary has checked: no class defaults"));
+  // ... or from the config's rope_interleave
+  c.rope_interleave = true;
+  EXPECT_EQ(resolve(c).spec.pairing, Pairing::interleaved);
+  c.rope_interleave.reset();
   c.model_type.reset();
-  EXPECT_TRUE(has_warning(resolve(c), "model_type is absent"));
+  expect_error([&] { resolve(c); }, {"model_type is absent", "ResolveOptions::pairing"});
+  EXPECT_TRUE(has_warning(resolve(c, o), "model_type is absent: no class defaults"));
   c.model_type = "llama";
   c.warnings.clear();
   EXPECT_TRUE(resolve(c).warnings.empty());

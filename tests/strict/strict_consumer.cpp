@@ -158,9 +158,10 @@ double analysis_and_weights() {
   const rotary::ScoreGradient sg = rotary::score_gradient(spec, qv, 3, qv, 1);
   const rotary::AttentionPattern pattern = rotary::attention_pattern(spec, rotary::log_distances(1, 100, 5));
 #if ROTARY_STRICT_HF_JSON
-  const rotary::HfConfig config = rotary::parse_hf_config(R"({"head_dim": 64, "rope_theta": 500000.0})");
+  const rotary::HfConfig config = rotary::parse_hf_config(R"({"model_type": "llama", "head_dim": 64, "rope_theta": 500000.0})");
 #else
   rotary::HfConfig config;
+  config.model_type = "llama";
   config.head_dim = 64;
   config.rope_theta = 500000.0;
 #endif
