@@ -42,8 +42,11 @@
 //                 nested `rope_parameters`, keyed "full_attention", "sliding_attention", ...) picks that
 //                 entry. Without it, Gemma-3's rope_local_base_freq (class default 1e4) gives
 //                 "sliding_attention" layers plain RoPE with that theta (no scaling), as HF's Gemma3
-//                 does; every other layer type uses rope_scaling. Layer types a family runs without
-//                 RoPE (Llama 4's full_attention layers, Command R7B's full_attention layers) throw.
+//                 does; OLMo 3's "sliding_attention" layers take plain RoPE with its rope_theta (no
+//                 scaling); every other layer type uses rope_scaling. Layer types a family runs without
+//                 RoPE (Llama 4's full_attention layers, Command R7B's full_attention layers, Qwen3-Next's
+//                 linear_attention layers) throw. SmolLM3 picks its NoPE layers by index
+//                 (no_rope_layers), which resolve() does not read: its RoPE layers are full_attention.
 //   pairing       ResolveOptions::pairing, else rope_interleave (DeepSeek-V3 in HF), else the family's
 //                 (hf_families(); checked against each family's modeling code). An unknown or absent
 //                 model_type without one of the first two is refused: config.json does not say.
@@ -218,6 +221,28 @@ inline const std::vector<HfFamily>& hf_families() {
     {"granitemoe",       H, 1e4,    2048,   4096,  32,  0,   0,  0,    0,   0,     0,    F, ""},
     {"starcoder2",       H, 1e4,    4096,   3072,  24,  0,   0,  0,    0,   0,     0,    F, ""},
     {"minicpm",          H, 1e4,    2048,   4096,  32,  0,   0,  0,    0,   0,     0,    F, ""},  // remote code ?
+    // Families of 2025, each pairing read from its modeling code (transformers), and vLLM's
+    // is_neox_style where it has one. ERNIE 4.5 and Helium: GLM's rotate_half on x[..., 0::2],
+    // x[..., 1::2] with repeat_interleave'd cos/sin (interleaved; vLLM is_neox_style=False for ERNIE).
+    {"ernie4_5",         I, 5e5,    131072, 1024,  16,  128, 0,  0,    0,   0,     0,    F, ""},
+    {"ernie4_5_moe",     I, 5e5,    131072, 2560,  20,  0,   0,  0,    0,   0,     0,    F, ""},
+    {"helium",           I, 1e5,    4096,   2560,  20,  128, 0,  0,    0,   0,     0,    F, ""},
+    // GLM-4.5 (glm4_moe) left GLM-4's pairs: rotate_half (x[..., :d/2], x[..., d/2:]) on the first
+    // partial_rotary_factor of each head. Qwen3-Next: the same on a quarter of each head, and its
+    // linear_attention (Gated DeltaNet) layers carry no RoPE.
+    {"glm4_moe",         H, 1e4,    131072, 4096,  96,  0,   0,  0.5,  0,   0,     0,    F, ""},
+    {"qwen3_next",       H, 1e4,    32768,  2048,  16,  256, 0,  0.25, 0,   0,     0,    F, "linear_attention"},
+    // MiniMax-M2: rotary_dim (class default head_dim / 2) of each head, rotate_half within it.
+    {"minimax_m2",       H, 5e6,    196608, 3072,  48,  128, 0,  0.5,  0,   0,     0,    F, ""},
+    {"seed_oss",         H, 1e4,    524288, 4096,  80,  128, 0,  0,    0,   0,     0,    F, ""},
+    // SmolLM3: rotate_half; which layers skip RoPE is no_rope_layers' per-layer list, not a layer type.
+    {"smollm3",          H, 2e6,    32768,  2048,  16,  0,   0,  0,    0,   0,     0,    F, ""},
+    // OLMo 3: rotate_half; its sliding_attention layers use default RoPE (rope_theta, no scaling) and
+    // only its full_attention layers rope_scaling (resolve()).
+    {"olmo3",            H, 1e4,    2048,   4096,  32,  0,   0,  0,    0,   0,     0,    F, ""},
+    // HunYuan: Llama's rotate_half; its NTK-alpha rope_scaling is read as rope_type "ntk" (hf_json.hpp).
+    {"hunyuan_v1_dense", H, 1e4,    2048,   4096,  32,  0,   0,  0,    0,   0,     0,    F, ""},
+    {"hunyuan_v1_moe",   H, 1e4,    2048,   4096,  32,  0,   0,  0,    0,   0,     0,    F, ""},
   };
   // clang-format on
   return families;
@@ -252,7 +277,8 @@ ROTARY_COLD inline std::string unknown_pairing_message(std::string_view model_ty
 // The pairing a model family's reference implementation uses (hf_families(), each checked against
 // its modeling code). Throws rotary::error for an unknown or empty model_type: guessing rotate_half
 // would give silently wrong rotations for a model that rotates adjacent pairs.
-//   interleaved: llama4_text, deepseek_v2, deepseek_v3, glm, glm4, chatglm, cohere, cohere2, gptj, codegen
+//   interleaved: llama4_text, deepseek_v2, deepseek_v3, glm, glm4, chatglm, cohere, cohere2, gptj, codegen,
+//                ernie4_5, ernie4_5_moe, helium
 inline Pairing pairing_for_model_type(std::string_view model_type) {
   const std::optional<Pairing> p = detail::known_pairing(model_type);
   if (!p) throw error(detail::unknown_pairing_message(model_type));
@@ -374,6 +400,13 @@ inline ResolvedRope resolve(const HfConfig& config, const ResolveOptions& option
     if (!local && family && family->rope_local_base_freq > 0.0) local = family->rope_local_base_freq;
     if (layer_type == "sliding_attention" && local) {
       p.rope_theta = *local;  // Gemma-3: local layers use default RoPE
+    } else if (layer_type == "sliding_attention" && model_type == "olmo3") {
+      // OLMo 3's sliding-window layers: Olmo3RotaryEmbedding(config, rope_type="default"), the config's
+      // rope_theta without its rope_scaling (a theta inside a flat rope_parameters dict included)
+      if (config.rope_scaling) p.rope_theta = config.rope_scaling->rope_theta;
+      if (config.rope_theta) p.rope_theta = *config.rope_theta;
+      else if (!config.rope_scaling || config.rope_scaling->rope_theta == RopeParameters{}.rope_theta)
+        p.rope_theta = class_theta;
     } else {
       if (config.rope_scaling) {
         p = *config.rope_scaling;

@@ -171,7 +171,7 @@ inline constexpr const char* kHfRopeKeys[] = {
     "rope_type",  "type",           "rope_theta",      "factor",          "original_max_position_embeddings",
     "attention_factor", "beta_fast", "beta_slow",     "mscale",          "mscale_all_dim",
     "truncate",   "short_factor",   "long_factor",     "low_freq_factor", "high_freq_factor",
-    "partial_rotary_factor", "mrope_section", "mrope_interleaved"};
+    "partial_rotary_factor", "mrope_section", "mrope_interleaved", "alpha"};
 
 // The text model type of a composite config whose text_config names none.
 inline std::string hf_text_model_type(const std::string& composite) {
@@ -245,6 +245,17 @@ inline RopeParameters hf_rope_parameters(const hf_json& obj, const std::string& 
   p.partial_rotary_factor = hf_get_double(obj, "partial_rotary_factor", where);
   p.mrope_section = hf_get_ints(obj, "mrope_section", where);
   p.mrope_interleaved = hf_get_bool(obj, "mrope_interleaved", where);
+  // HunYuan's NTK-alpha (hunyuan_v1_dense / hunyuan_v1_moe: {"type": "dynamic", "alpha": 1000, "factor": 1}):
+  // its rotary embedding, like vLLM's get_rope, takes a dynamic dict with a nonzero alpha as the fixed
+  // base rope_theta * alpha^(d / (d - 2)), whatever the factor: rotary's "ntk" rule with factor alpha.
+  // Read as plain dynamic NTK it would leave every frequency unscaled up to max_position_embeddings.
+  if (const auto alpha = hf_get_double(obj, "alpha", where); alpha && *alpha != 0.0) {
+    if (p.rope_type != "dynamic")
+      throw error(concat(where, "alpha (", *alpha, ") is HunYuan's NTK-alpha, which its code reads with rope_type "
+                         "\"dynamic\" only; here rope_type is \"", p.rope_type, "\""));
+    p.rope_type = "ntk";
+    p.factor = *alpha;
+  }
   for (const auto& kv : obj.items()) {
     bool known = false;
     for (const char* k : kHfRopeKeys) known = known || kv.key() == k;

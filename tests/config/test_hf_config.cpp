@@ -277,10 +277,11 @@ TEST(HfConfig, SeqLenDrivesDynamicNtk) {
 
 TEST(HfConfig, PairingByModelFamily) {
   for (const char* m : {"gptj", "codegen", "cohere", "cohere2", "glm", "glm4", "chatglm", "deepseek_v2", "deepseek_v3",
-                        "llama4_text", "llama4"})
+                        "llama4_text", "llama4", "ernie4_5", "ernie4_5_moe", "helium"})
     EXPECT_EQ(rotary::pairing_for_model_type(m), Pairing::interleaved) << m;
   for (const char* m : {"llama", "mistral", "qwen2", "qwen3", "phi", "phi3", "gpt_neox", "gemma3_text", "stablelm",
-                        "falcon", "gpt_oss", "qwen2_vl", "qwen3_vl_text"})
+                        "falcon", "gpt_oss", "qwen2_vl", "qwen3_vl_text", "glm4_moe", "qwen3_next", "minimax_m2",
+                        "seed_oss", "smollm3", "olmo3", "hunyuan_v1_dense", "hunyuan_v1_moe"})
     EXPECT_EQ(rotary::pairing_for_model_type(m), Pairing::half_split) << m;
   // config.json does not say how a model pairs its values: no guess for a family nobody has checked
   for (const char* m : {"", "some_future_model", "Llama", "llama "})
@@ -573,11 +574,92 @@ TEST(HfConfig, UnknownFamilyAndAlibi) {
   EXPECT_EQ(resolve(c).spec.pairing, Pairing::half_split);
 }
 
+// The 2025 families: what each one's modeling code rotates, from the class defaults and a config's keys.
+TEST(HfConfig, FamiliesOf2025) {
+  HfConfig c;
+  c.model_type = "ernie4_5";  // baidu/ERNIE-4.5-0.3B-PT: adjacent pairs over all 128 values of each head
+  auto r = resolve(c);
+  EXPECT_EQ(r.spec.pairing, Pairing::interleaved);
+  EXPECT_EQ(r.spec.head_dim, 128);
+  EXPECT_EQ(r.spec.effective_rotary_dim(), 128);
+  EXPECT_EQ(r.freqs.theta[1], theta_j(1, 128, 500000.0));
+
+  c = HfConfig{};
+  c.model_type = "glm4_moe";  // zai-org/GLM-4.5-Air: rotate_half on the first half of each head
+  c.head_dim = 128;
+  c.rope_theta = 1e6;
+  r = resolve(c);
+  EXPECT_EQ(r.spec.pairing, Pairing::half_split);
+  EXPECT_EQ(r.spec.effective_rotary_dim(), 64);
+  EXPECT_EQ(r.freqs.theta[3], theta_j(3, 64, 1e6));
+
+  c = HfConfig{};
+  c.model_type = "qwen3_next";  // a quarter of each 256-value head; no RoPE in its linear_attention layers
+  c.rope_theta = 5e6;
+  r = resolve(c);
+  EXPECT_EQ(r.spec.effective_rotary_dim(), 64);
+  EXPECT_EQ(r.freqs.theta[5], theta_j(5, 64, 5e6));
+  ResolveOptions o;
+  o.layer_type = "linear_attention";
+  expect_error([&] { resolve(c, o); }, {"layer_type (\"linear_attention\")", "qwen3_next", "NoPE"});
+
+  c = HfConfig{};
+  c.model_type = "minimax_m2";  // rotary_dim: the file's key, else half of head_dim
+  EXPECT_EQ(resolve(c).spec.effective_rotary_dim(), 64);
+  c.head_dim = 256;
+  EXPECT_EQ(resolve(c).spec.effective_rotary_dim(), 128);
+  c.rotary_dim = 64;
+  EXPECT_EQ(resolve(c).spec.effective_rotary_dim(), 64);
+}
+
+// OLMo 3: yarn on its full_attention layers only; its sliding_attention layers use default RoPE at the
+// same rope_theta (Olmo3RotaryEmbedding(config, rope_type="default")), unlike Gemma-3's local theta.
+TEST(HfConfig, Olmo3SlidingLayersAreUnscaled) {
+  HfConfig c;
+  c.model_type = "olmo3";  // allenai/Olmo-3-7B's rope keys
+  c.max_position_embeddings = 65536;
+  c.rope_theta = 500000.0;
+  RopeParameters y;
+  y.rope_type = "yarn";
+  y.factor = 8.0;
+  y.original_max_position_embeddings = 8192;
+  y.beta_fast = 32.0;
+  y.beta_slow = 1.0;
+  y.attention_factor = 1.2079441541679836;
+  c.rope_scaling = y;
+  const auto full = resolve(c);
+  EXPECT_EQ(full.layer_type, "full_attention");
+  EXPECT_EQ(full.params.rope_type, "yarn");
+  EXPECT_EQ(full.freqs.attention_factor, 1.2079441541679836);
+  EXPECT_LT(full.freqs.theta[63], theta_j(63, 128, 500000.0));  // the lowest frequency interpolated
+  ResolveOptions o;
+  o.layer_type = "sliding_attention";
+  const auto sliding = resolve(c, o);
+  EXPECT_EQ(sliding.params.rope_type, "default");
+  EXPECT_EQ(sliding.spec.base, 500000.0);
+  EXPECT_EQ(sliding.freqs.attention_factor, 1.0);
+  for (std::int64_t j = 0; j < 64; ++j) EXPECT_EQ(sliding.freqs.theta[j], theta_j(j, 128, 500000.0)) << j;
+  c.rope_theta.reset();  // a theta inside the flat rope_parameters dict (transformers 5) holds for both
+  c.rope_scaling->rope_theta = 500000.0;
+  EXPECT_EQ(resolve(c, o).spec.base, 500000.0);
+  c.rope_scaling.reset();  // neither: the class default
+  EXPECT_EQ(resolve(c, o).spec.base, 10000.0);
+  c.model_type = "olmo2";  // every other family's sliding layers keep rope_scaling
+  c.rope_scaling = y;
+  EXPECT_EQ(resolve(c, o).params.rope_type, "yarn");
+}
+
 TEST(HfConfig, FamilyTableIsConsistent) {
   for (const rotary::HfFamily& f : rotary::hf_families()) {
     HfConfig c;
     c.model_type = std::string(f.model_type);
-    const auto r = resolve(c);  // every family resolves from its class defaults alone
+    if (f.model_type == "glm4_moe") {
+      // Glm4MoeConfig's defaults alone give head_dim 4096 / 96 = 42 and rotary_dim 21 (HF too); every
+      // GLM-4.5 config.json sets head_dim 128
+      expect_error([&] { resolve(c); }, {"rotary_dim (21 = int(head_dim 42"});
+      c.head_dim = 128;
+    }
+    const auto r = resolve(c);  // every other family resolves from its class defaults alone
     EXPECT_EQ(r.spec.pairing, f.pairing) << f.model_type;
     EXPECT_EQ(r.layer_type, f.rope_layer_type) << f.model_type;
     EXPECT_TRUE(r.warnings.empty()) << f.model_type;

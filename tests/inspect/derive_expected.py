@@ -146,14 +146,36 @@ CLASS_DEFAULTS = {
     "olmo2": dict(rope_theta=10000.0, max_position_embeddings=2048, hidden_size=4096, num_attention_heads=32),
     "granite": dict(rope_theta=10000.0, max_position_embeddings=2048, hidden_size=4096, num_attention_heads=32),
     "minicpm": dict(rope_theta=10000.0, max_position_embeddings=2048, hidden_size=4096, num_attention_heads=32),
+    "ernie4_5": dict(rope_theta=500000.0, max_position_embeddings=131072, hidden_size=1024, num_attention_heads=16,
+                     head_dim=128),
+    "ernie4_5_moe": dict(rope_theta=500000.0, max_position_embeddings=131072, hidden_size=2560,
+                         num_attention_heads=20),
+    "helium": dict(rope_theta=100000.0, max_position_embeddings=4096, hidden_size=2560, num_attention_heads=20,
+                   head_dim=128),
+    "glm4_moe": dict(rope_theta=10000.0, max_position_embeddings=131072, hidden_size=4096, num_attention_heads=96,
+                     partial_rotary_factor=0.5),
+    "qwen3_next": dict(rope_theta=10000.0, max_position_embeddings=32768, hidden_size=2048, num_attention_heads=16,
+                       head_dim=256, partial_rotary_factor=0.25),
+    "minimax_m2": dict(rope_theta=5e6, max_position_embeddings=196608, hidden_size=3072, num_attention_heads=48,
+                       head_dim=128, partial_rotary_factor=0.5),  # rotary_dim = head_dim // 2
+    "seed_oss": dict(rope_theta=10000.0, max_position_embeddings=524288, hidden_size=4096, num_attention_heads=80,
+                     head_dim=128),
+    "smollm3": dict(rope_theta=2e6, max_position_embeddings=32768, hidden_size=2048, num_attention_heads=16),
+    "olmo3": dict(rope_theta=10000.0, max_position_embeddings=2048, hidden_size=4096, num_attention_heads=32),
+    "hunyuan_v1_dense": dict(rope_theta=10000.0, max_position_embeddings=2048, hidden_size=4096,
+                             num_attention_heads=32),
+    "hunyuan_v1_moe": dict(rope_theta=10000.0, max_position_embeddings=2048, hidden_size=4096,
+                           num_attention_heads=32),
 }
 
 # Pairing in each family's modeling code: rotate_half (half_split) unless listed. Interleaved:
 # GPT-J's rotate_every_two; Cohere's and GLM's rotate_half on x[..., ::2], x[..., 1::2]; DeepSeek-V2's
 # view_as_complex and V3's rope_interleave; Llama 4's complex freqs_cis over reshape(..., -1, 2).
-INTERLEAVED = {"gptj", "codegen", "cohere", "cohere2", "glm", "glm4", "deepseek_v2", "deepseek_v3", "llama4_text"}
+# ERNIE 4.5 and Helium: GLM's rotate_half on x[..., 0::2], x[..., 1::2] (GLM-4.5, glm4_moe, is rotate_half).
+INTERLEAVED = {"gptj", "codegen", "cohere", "cohere2", "glm", "glm4", "deepseek_v2", "deepseek_v3", "llama4_text",
+               "ernie4_5", "ernie4_5_moe", "helium"}
 # Layer types whose layers carry no RoPE, and the RoPE layer type used by default.
-NOPE = {"llama4_text": ("full_attention", "chunked_attention")}
+NOPE = {"llama4_text": ("full_attention", "chunked_attention"), "qwen3_next": ("linear_attention", "full_attention")}
 COMPOSITE_TEXT = {"gemma3": "gemma3_text", "llama4": "llama4_text", "qwen3_vl": "qwen3_vl_text", "llava": "llama"}
 
 
@@ -210,6 +232,10 @@ def resolve_py(cfg, layer_type=None, seq_len=None):
     local = get("rope_local_base_freq")
     if layer_type == "sliding_attention" and local:  # Gemma-3's rotary_emb_local: default RoPE
         rope_type, theta, rs = "default", local, {}
+    if layer_type == "sliding_attention" and mt == "olmo3":  # Olmo3RotaryEmbedding(config, rope_type="default")
+        rope_type, rs = "default", {}
+    if rope_type == "dynamic" and rs.get("alpha"):  # HunYuan: base * alpha ** (dim / (dim - 2)), no growth
+        rope_type = "ntk"
     prf = get("partial_rotary_factor") or get("rotary_pct") or 1.0
     rotary_dim = get("rotary_dim") or int(head_dim * prf)
     L = get("max_position_embeddings") or get("n_positions")
@@ -217,6 +243,8 @@ def resolve_py(cfg, layer_type=None, seq_len=None):
     af = 1.0
     if rope_type == "default":
         f = inv(d, theta)
+    elif rope_type == "ntk":
+        f = inv(d, theta * math.pow(rs["alpha"], d / (d - 2)))
     elif rope_type == "linear":
         f = [x / rs["factor"] for x in inv(d, theta)]
     elif rope_type == "llama3":
@@ -263,7 +291,7 @@ def published_expectations():
         cfg = json.load(open(os.path.join(pub, fn)))
         mt = text_config(cfg).get("model_type")
         runs = [dict(args=[], **resolve_py(cfg))]
-        if mt in ("gemma3_text", "gemma2", "gpt_oss"):  # sliding-window layers
+        if mt in ("gemma3_text", "gemma2", "gpt_oss", "olmo3"):  # sliding-window layers
             runs.append(dict(args=["--layer-type", "sliding_attention"], **resolve_py(cfg, "sliding_attention")))
         if mt in NOPE:
             runs.append({"args": ["--layer-type", NOPE[mt][0]], "exit_status": 1, "message": "NoPE"})

@@ -2,6 +2,7 @@
 // explicit nulls), the warnings for misspelt and ignored keys, and the errors naming a key.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -130,6 +131,36 @@ TEST(HfJson, RopeDictWithoutTypeIsRefusedUnlessNothingIsLost) {
   c = parse_hf_config(R"({"model_type": "qwen3_vl_text", "rope_scaling": {"mrope_section": [24, 20, 20],
       "mrope_interleaved": true}})");
   EXPECT_TRUE(resolve(c).mrope_interleaved);
+}
+
+// HunYuan's NTK-alpha: {"type": "dynamic", "alpha": 1000, "factor": 1} is the fixed base
+// rope_theta * alpha^(d / (d - 2)) in its modeling code and in vLLM; read as dynamic NTK with factor 1
+// it would leave every frequency unscaled.
+TEST(HfJson, HunyuanAlphaIsAFixedNtkBase) {
+  HfConfig c = parse_hf_config(R"({"model_type": "hunyuan_v1_dense", "hidden_size": 4096, "num_attention_heads": 32,
+      "head_dim": 128, "max_position_embeddings": 262144, "rope_theta": 10000.0,
+      "rope_scaling": {"type": "dynamic", "alpha": 1000.0, "factor": 1.0, "beta_fast": 32, "beta_slow": 1,
+                       "mscale": 1.0, "mscale_all_dim": 1.0}})");
+  EXPECT_TRUE(c.warnings.empty()) << ::testing::PrintToString(c.warnings);
+  const auto r = resolve(c);
+  EXPECT_EQ(r.params.rope_type, "ntk");
+  EXPECT_EQ(r.freqs.attention_factor, 1.0);
+  const double base = 10000.0 * std::pow(1000.0, 128.0 / 126.0);
+  for (const std::int64_t j : {1, 10, 63}) {
+    const double want = std::pow(base, -2.0 * static_cast<double>(j) / 128.0);
+    // the double reference's own error: (2j/d) ln(base) 2^-53 <= 1.9e-15 relative
+    EXPECT_NEAR(r.freqs.theta[static_cast<std::size_t>(j)], want, 4e-15 * want) << j;
+  }
+  rotary::ResolveOptions o;
+  o.seq_len = 1 << 20;  // fixed: no growth with the sequence
+  EXPECT_EQ(resolve(c, o).freqs.theta[63], r.freqs.theta[63]);
+  // alpha 0 is falsy in HunYuan's code: plain dynamic NTK
+  c = parse_hf_config(R"({"model_type": "hunyuan_v1_moe", "rope_scaling": {"type": "dynamic", "alpha": 0,
+      "factor": 2.0}})");
+  EXPECT_EQ(resolve(c).params.rope_type, "dynamic");
+  // any other rope_type with an alpha: nobody reads it that way
+  expect_error([] { parse_hf_config(R"({"rope_scaling": {"rope_type": "linear", "alpha": 1000, "factor": 2}})"); },
+               {"rope_scaling.alpha (1000)", "HunYuan", "\"linear\""});
 }
 
 TEST(HfJson, ErrorsNameTheKey) {
