@@ -110,6 +110,7 @@ const std::vector<Run> kRuns = {
     {"wrong-type", 'T', "wrong-type.json", {}, 1, "\"rope_theta\" must be a number"},
     {"no-head-dim", 'T', "no-head-dim.json", {}, 1, "head_dim"},
     {"unknown-rope-type", 'T', "unknown-rope-type.json", {}, 1, "rope_type 'foo'"},
+    {"unknown-family", 'T', "unknown-family.json", {}, 1, "config.json does not say how its RoPE pairs"},
     {"longrope-short-list", 'T', "longrope-short-list.json", {}, 1, "short_factor has 2 entries"},
     {"unknown-layer-type", 'E', "llama-3.1-8b.json", {"--layer-type", "chunked_attention"}, 1, "chunked_attention"},
     {"missing-layer-type", 'T', "gemma-3-rope-parameters.json", {"--layer-type", "linear_attention"}, 1,
