@@ -85,6 +85,9 @@ struct HfConfig {
 
   // Head geometry.
   std::optional<std::int64_t> head_dim;
+  // "head_dim": null in the file (set by hf_json.hpp): the class gets None, not its default, and reads
+  // hidden_size / num_attention_heads (ERNIE 4.5, Llama, ...; published ERNIE-4.5 MoE configs say null)
+  bool head_dim_null = false;
   std::optional<std::int64_t> qk_rope_head_dim;  // DeepSeek-V2/V3, Kimi-K2: rope part of q/k heads
   std::optional<std::int64_t> hidden_size, num_attention_heads;
   std::optional<std::int64_t> n_embd, n_head;  // GPT-J, CodeGen, GPT-2 style names (Falcon's n_embed: n_embd)
@@ -317,7 +320,8 @@ inline std::int64_t hf_head_dim(const HfConfig& c, const HfFamily* f) {
   if (qk) return hf_head_dim_capped("qk_rope_head_dim", *qk);
   // HF: `head_dim or hidden_size // num_attention_heads`.
   if (c.head_dim && *c.head_dim != 0) return hf_head_dim_capped("head_dim", *c.head_dim);
-  if (!c.head_dim && f && f->head_dim != 0) return f->head_dim;  // class default (an explicit 0 falls through)
+  // class default (an explicit 0 or null falls through)
+  if (!c.head_dim && !c.head_dim_null && f && f->head_dim != 0) return f->head_dim;
   const char* hidden_key = c.hidden_size ? "hidden_size" : "n_embd";
   const char* heads_key = c.num_attention_heads ? "num_attention_heads" : "n_head";
   std::optional<std::int64_t> hidden = c.hidden_size ? c.hidden_size : c.n_embd;

@@ -310,6 +310,7 @@ inline HfConfig hf_config_from_json(const nlohmann::json& root) {
   }
   detail::hf_check_spelling(c, top, h.warnings);
   h.head_dim = detail::hf_get_int(c, "head_dim", top);
+  if (const auto hd = c.find("head_dim"); hd != c.end() && hd->is_null()) h.head_dim_null = true;
   h.qk_rope_head_dim = detail::hf_get_int(c, "qk_rope_head_dim", top);
   h.hidden_size = detail::hf_get_int(c, "hidden_size", top);
   h.num_attention_heads = detail::hf_get_int(c, "num_attention_heads", top);

@@ -93,6 +93,13 @@ TEST(HfJson, LegacyKeysAndNulls) {
   EXPECT_EQ(r.params.rope_type, "default");
   EXPECT_EQ(r.spec.base, 1e6);  // Qwen2VLConfig's class default
   EXPECT_EQ(r.mrope_section, (std::vector<std::int64_t>{16, 24, 24}));
+  // "head_dim": null reaches the class as None, which takes hidden_size / num_attention_heads, not its
+  // default (Ernie4_5Config: head_dim 128, None -> hidden_size // num_attention_heads)
+  c = parse_hf_config(R"({"model_type": "ernie4_5", "hidden_size": 1024, "num_attention_heads": 16,
+      "head_dim": null})");
+  EXPECT_EQ(resolve(c).spec.head_dim, 64);
+  c = parse_hf_config(R"({"model_type": "ernie4_5", "hidden_size": 1024, "num_attention_heads": 16})");
+  EXPECT_EQ(resolve(c).spec.head_dim, 128);  // absent: the class default
   c = parse_hf_config(R"({"model_type": "gpt_oss"})");  // the class default rope_scaling: yarn
   EXPECT_EQ(resolve(c).params.rope_type, "yarn");
   c = parse_hf_config(R"({"model_type": "gpt_oss", "rope_scaling": null})");  // HF: None -> default RoPE
