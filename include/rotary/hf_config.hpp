@@ -199,6 +199,9 @@ inline const std::vector<HfFamily>& hf_families() {
     // (true by default) de-interleaves before rotate_half, i.e. interleaved pairs.
     {"deepseek_v2",      I, 1e4,    2048,   5120,  128, 0,   64, 0,    0,   0,     0,    F, ""},
     {"deepseek_v3",      I, 1e4,    4096,   7168,  128, 0,   64, 0,    0,   0,     0,    F, ""},
+    // Kimi K2 (and K2.5's text_config): DeepseekV3ForCausalLM under its own model_type (Moonshot's
+    // deployment guide: "change model_type to deepseek_v3" where an engine lacks it); DeepseekV3Config.
+    {"kimi_k2",          I, 1e4,    4096,   7168,  128, 0,   64, 0,    0,   0,     0,    F, ""},
     // gpt-oss: _apply_rotary_emb chunks x in two halves (half_split); the class default rope_scaling
     // is yarn (factor 32, beta 32/1, truncate false, L0 4096), see resolve().
     {"gpt_oss",          H, 150000, 131072, 2880,  64,  64,  0,  0,    0,   0,     0,    F, ""},
@@ -280,8 +283,8 @@ ROTARY_COLD inline std::string unknown_pairing_message(std::string_view model_ty
 // The pairing a model family's reference implementation uses (hf_families(), each checked against
 // its modeling code). Throws rotary::error for an unknown or empty model_type: guessing rotate_half
 // would give silently wrong rotations for a model that rotates adjacent pairs.
-//   interleaved: llama4_text, deepseek_v2, deepseek_v3, glm, glm4, chatglm, cohere, cohere2, gptj, codegen,
-//                ernie4_5, ernie4_5_moe, helium
+//   interleaved: llama4_text, deepseek_v2, deepseek_v3, kimi_k2, glm, glm4, chatglm, cohere, cohere2, gptj,
+//                codegen, ernie4_5, ernie4_5_moe, helium
 inline Pairing pairing_for_model_type(std::string_view model_type) {
   const std::optional<Pairing> p = detail::known_pairing(model_type);
   if (!p) throw error(detail::unknown_pairing_message(model_type));
@@ -353,7 +356,9 @@ inline bool hf_needs_original_max(const std::string& t) {
   return t == "llama3" || t == "yarn" || t == "longrope";
 }
 
-inline bool hf_is_deepseek(std::string_view m) { return m == "deepseek_v2" || m == "deepseek_v3"; }
+inline bool hf_is_deepseek(std::string_view m) {
+  return m == "deepseek_v2" || m == "deepseek_v3" || m == "kimi_k2";
+}
 
 }  // namespace detail
 

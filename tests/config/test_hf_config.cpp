@@ -277,7 +277,7 @@ TEST(HfConfig, SeqLenDrivesDynamicNtk) {
 
 TEST(HfConfig, PairingByModelFamily) {
   for (const char* m : {"gptj", "codegen", "cohere", "cohere2", "glm", "glm4", "chatglm", "deepseek_v2", "deepseek_v3",
-                        "llama4_text", "llama4", "ernie4_5", "ernie4_5_moe", "helium"})
+                        "llama4_text", "llama4", "ernie4_5", "ernie4_5_moe", "helium", "kimi_k2"})
     EXPECT_EQ(rotary::pairing_for_model_type(m), Pairing::interleaved) << m;
   for (const char* m : {"llama", "mistral", "qwen2", "qwen3", "phi", "phi3", "gpt_neox", "gemma3_text", "stablelm",
                         "falcon", "gpt_oss", "qwen2_vl", "qwen3_vl_text", "glm4_moe", "qwen3_next", "minimax_m2",
@@ -539,6 +539,10 @@ TEST(HfConfig, DeepseekSoftmaxScaleFactor) {
   const double m = 1.0 + 0.1 * std::log(40.0);
   EXPECT_NEAR(resolve(c).softmax_scale_factor, m * m, 1e-15);
   EXPECT_EQ(resolve(c).freqs.attention_factor, 1.0);  // m(s, 1) / m(s, 1)
+  c.model_type = "kimi_k2";  // DeepSeek-V3's architecture under its own name (Kimi K2, K2.5's text_config)
+  EXPECT_NEAR(resolve(c).softmax_scale_factor, m * m, 1e-15);
+  EXPECT_EQ(resolve(c).spec.pairing, Pairing::interleaved);
+  EXPECT_EQ(resolve(c).spec.effective_rotary_dim(), 64);  // qk_rope_head_dim's class default
   c.model_type = "llama";  // only DeepSeek's attention does this
   EXPECT_EQ(resolve(c).softmax_scale_factor, 1.0);
 }

@@ -146,6 +146,8 @@ CLASS_DEFAULTS = {
     "olmo2": dict(rope_theta=10000.0, max_position_embeddings=2048, hidden_size=4096, num_attention_heads=32),
     "granite": dict(rope_theta=10000.0, max_position_embeddings=2048, hidden_size=4096, num_attention_heads=32),
     "minicpm": dict(rope_theta=10000.0, max_position_embeddings=2048, hidden_size=4096, num_attention_heads=32),
+    "kimi_k2": dict(rope_theta=10000.0, max_position_embeddings=4096, hidden_size=7168, num_attention_heads=128,
+                    qk_rope_head_dim=64),  # DeepseekV3Config (remote code), its own model_type
     "ernie4_5": dict(rope_theta=500000.0, max_position_embeddings=131072, hidden_size=1024, num_attention_heads=16,
                      head_dim=128),
     "ernie4_5_moe": dict(rope_theta=500000.0, max_position_embeddings=131072, hidden_size=2560,
@@ -173,7 +175,7 @@ CLASS_DEFAULTS = {
 # view_as_complex and V3's rope_interleave; Llama 4's complex freqs_cis over reshape(..., -1, 2).
 # ERNIE 4.5 and Helium: GLM's rotate_half on x[..., 0::2], x[..., 1::2] (GLM-4.5, glm4_moe, is rotate_half).
 INTERLEAVED = {"gptj", "codegen", "cohere", "cohere2", "glm", "glm4", "deepseek_v2", "deepseek_v3", "llama4_text",
-               "ernie4_5", "ernie4_5_moe", "helium"}
+               "ernie4_5", "ernie4_5_moe", "helium", "kimi_k2"}
 # Layer types whose layers carry no RoPE, and the RoPE layer type used by default.
 NOPE = {"llama4_text": ("full_attention", "chunked_attention"), "qwen3_next": ("linear_attention", "full_attention")}
 COMPOSITE_TEXT = {"gemma3": "gemma3_text", "llama4": "llama4_text", "qwen3_vl": "qwen3_vl_text", "llava": "llama"}
@@ -273,7 +275,7 @@ def resolve_py(cfg, layer_type=None, seq_len=None):
         raise ValueError(rope_type)
     pairing = "interleaved" if (mt in INTERLEAVED and c.get("rope_interleave", True)) else "half_split"
     softmax = 1.0
-    if mt in ("deepseek_v2", "deepseek_v3") and rope_type != "default" and rs.get("mscale_all_dim"):
+    if mt in ("deepseek_v2", "deepseek_v3", "kimi_k2") and rope_type != "default" and rs.get("mscale_all_dim"):
         m = 0.1 * rs["mscale_all_dim"] * math.log(rs["factor"]) + 1.0
         softmax = m * m
     return {"layer_type": layer_type, "rope_type": rope_type, "head_dim": head_dim, "rotary_dim": rotary_dim,
