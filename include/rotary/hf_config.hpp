@@ -11,6 +11,8 @@
 //                 does). n_embd and n_embed are names of hidden_size, n_head of num_attention_heads
 //                 (GPT-J, CodeGen, Falcon's attribute maps). Each from the file, else the class default.
 //                 At most kHfMaxHeadDim (2^16) however obtained: hidden_size 2^20 over 1 head is refused.
+//                 Gemma 4's full_attention layers: global_head_dim (class default 512), over which HF
+//                 builds their proportional RoPE; another rope_type there is refused.
 //   rotary_dim    rotary_dim (GPT-J, CodeGen), else int(head_dim * f) with f = partial_rotary_factor
 //                 (top level, else inside the rope parameters), else rotary_pct (GPT-NeoX), else the
 //                 class default, else 1; int() truncates as Python does; the result must be even.
@@ -88,6 +90,9 @@ struct HfConfig {
   // "head_dim": null in the file (set by hf_json.hpp): the class gets None, not its default, and reads
   // hidden_size / num_attention_heads (ERNIE 4.5, Llama, ...; published ERNIE-4.5 MoE configs say null)
   bool head_dim_null = false;
+  // Gemma 4: the head_dim of its full_attention layers (512 against head_dim 256 on its sliding ones);
+  // HF's proportional RoPE of those layers spans it (head_dim_key="global_head_dim")
+  std::optional<std::int64_t> global_head_dim;
   std::optional<std::int64_t> qk_rope_head_dim;  // DeepSeek-V2/V3, Kimi-K2: rope part of q/k heads
   std::optional<std::int64_t> hidden_size, num_attention_heads;
   std::optional<std::int64_t> n_embd, n_head;  // GPT-J, CodeGen, GPT-2 style names (Falcon's n_embed: n_embd)
@@ -192,6 +197,9 @@ inline const std::vector<HfFamily>& hf_families() {
     {"gemma2",           H, 1e4,    8192,   2304,  8,   256, 0,  0,    0,   0,     0,    F, ""},
     {"gemma3_text",      H, 1e6,    131072, 2304,  8,   256, 0,  0,    0,   1e4,   0,    F, ""},
     {"gemma3n_text",     H, 1e6,    32768,  2048,  8,   256, 0,  0,    0,   1e4,   0,    F, ""},  // max_pos ?
+    // Gemma 4: rotate_half; per layer type its own RoPE (class default: sliding_attention default at
+    // 1e4 over head_dim 256, full_attention proportional 0.25 at 1e6 over global_head_dim 512).
+    {"gemma4_text",      H, 1e6,    131072, 2304,  8,   256, 0,  0,    0,   1e4,   0,    F, ""},  // heads ?
     {"phi",              H, 1e4,    2048,   2048,  32,  0,   0,  0.5,  0,   0,     0,    F, ""},
     {"phi3",             H, 1e4,    4096,   3072,  32,  0,   0,  0,    0,   0,     4096, F, ""},
     {"phimoe",           H, 1e6,    131072, 4096,  32,  0,   0,  0,    0,   0,     0,    F, ""},  // max_pos ?
@@ -378,7 +386,7 @@ inline ResolvedRope resolve(const HfConfig& config, const ResolveOptions& option
   if (config.alibi && *config.alibi)
     throw error(concat("alibi (true): model_type '", model_type,
                        "' with ALiBi has no rotary position embedding"));
-  const std::int64_t head_dim = detail::hf_head_dim(config, family);
+  std::int64_t head_dim = detail::hf_head_dim(config, family);
 
   // 1. The parameters of this layer type.
   const std::string layer_type = options.layer_type.empty() ? default_layer_type(config) : options.layer_type;
@@ -419,6 +427,9 @@ inline ResolvedRope resolve(const HfConfig& config, const ResolveOptions& option
     } else {
       if (config.rope_scaling) {
         p = *config.rope_scaling;
+      } else if (model_type == "gemma4_text" && layer_type == "full_attention") {  // Gemma4TextConfig's default
+        p.rope_type = "proportional";
+        p.partial_rotary_factor = 0.25;
       } else if (model_type == "gpt_oss") {  // GptOssConfig's rope_scaling default
         p.rope_type = "yarn";
         p.factor = 32.0;
@@ -446,6 +457,21 @@ inline ResolvedRope resolve(const HfConfig& config, const ResolveOptions& option
   if (!(p.rope_theta > 0.0) || !detail::finite(p.rope_theta))
     throw error(concat("rope_theta (", p.rope_theta, ") must be positive and finite"));
   // rope_type 'yarn' needs rope_theta > 1 as well: validate() (step 6) refuses it with the other rules.
+
+  // Gemma 4's full_attention heads are global_head_dim wide (class default 512), and HF's
+  // Gemma4TextRotaryEmbedding builds their frequencies over it (head_dim_key="global_head_dim") for
+  // rope_type 'proportional' only: any other rule would span head_dim, which does not fit them.
+  if (model_type == "gemma4_text" && layer_type == "full_attention") {
+    const std::int64_t g =
+        config.global_head_dim ? detail::hf_head_dim_capped("global_head_dim", *config.global_head_dim) : 512;
+    if (g != head_dim) {
+      if (p.rope_type != "proportional")
+        throw error(concat("layer_type (\"full_attention\"): gemma4_text's full_attention heads are global_head_dim (",
+                           g, ") wide, and HF builds their frequencies over it for rope_type 'proportional' only; "
+                           "rope_type '", p.rope_type, "' would span head_dim (", head_dim, "), which does not fit them"));
+      head_dim = g;
+    }
+  }
 
   // 2. max_position_embeddings and the pre-extension length.
   std::optional<std::int64_t> max_pos = config.max_position_embeddings;

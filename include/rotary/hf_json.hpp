@@ -156,7 +156,7 @@ inline constexpr const char* kHfTopKeys[] = {
     "model_type", "text_config", "head_dim", "qk_rope_head_dim", "hidden_size", "num_attention_heads", "n_embd",
     "n_embed", "n_head", "rotary_dim", "partial_rotary_factor", "rotary_pct", "rope_theta", "rotary_emb_base",
     "rope_local_base_freq", "max_position_embeddings", "n_positions", "original_max_position_embeddings",
-    "rope_interleave", "layer_types", "rope_scaling", "rope_parameters", "alibi"};
+    "rope_interleave", "layer_types", "rope_scaling", "rope_parameters", "alibi", "global_head_dim"};
 // Real config keys within edit distance of those (DeepSeek's MLA dims, vision hidden_sizes,
 // MPT/OLMo-1's n_heads): not misspellings.
 inline constexpr const char* kHfTopNearMisses[] = {"qk_nope_head_dim", "v_head_dim",  "qk_head_dim",
@@ -176,7 +176,7 @@ inline constexpr const char* kHfRopeKeys[] = {
 // The text model type of a composite config whose text_config names none.
 inline std::string hf_text_model_type(const std::string& composite) {
   static const std::pair<const char*, const char*> map[] = {
-      {"gemma3", "gemma3_text"}, {"gemma3n", "gemma3n_text"}, {"llama4", "llama4_text"},
+      {"gemma3", "gemma3_text"}, {"gemma3n", "gemma3n_text"}, {"gemma4", "gemma4_text"}, {"llama4", "llama4_text"},
       {"qwen2_vl", "qwen2_vl_text"}, {"qwen2_5_vl", "qwen2_5_vl_text"}, {"qwen3_vl", "qwen3_vl_text"},
       {"llava", "llama"}, {"mistral3", "mistral"}};
   for (const auto& [c, t] : map)
@@ -311,6 +311,7 @@ inline HfConfig hf_config_from_json(const nlohmann::json& root) {
   detail::hf_check_spelling(c, top, h.warnings);
   h.head_dim = detail::hf_get_int(c, "head_dim", top);
   if (const auto hd = c.find("head_dim"); hd != c.end() && hd->is_null()) h.head_dim_null = true;
+  h.global_head_dim = detail::hf_get_int(c, "global_head_dim", top);
   h.qk_rope_head_dim = detail::hf_get_int(c, "qk_rope_head_dim", top);
   h.hidden_size = detail::hf_get_int(c, "hidden_size", top);
   h.num_attention_heads = detail::hf_get_int(c, "num_attention_heads", top);
@@ -334,6 +335,7 @@ inline HfConfig hf_config_from_json(const nlohmann::json& root) {
                   std::to_string(max) + " accepted)");
   };
   cap("head_dim", h.head_dim, kHfMaxHeadDim);
+  cap("global_head_dim", h.global_head_dim, kHfMaxHeadDim);
   cap("qk_rope_head_dim", h.qk_rope_head_dim, kHfMaxHeadDim);
   cap("rotary_dim", h.rotary_dim, kHfMaxHeadDim);
   cap("hidden_size", h.hidden_size, kHfMaxHiddenSize);

@@ -616,6 +616,46 @@ TEST(HfConfig, FamiliesOf2025) {
   EXPECT_EQ(resolve(c).spec.effective_rotary_dim(), 64);
 }
 
+// Gemma 4: sliding_attention layers default RoPE at 1e4 over head_dim (256); full_attention layers
+// proportional RoPE (a quarter of the pairs, the rest at frequency 0) over global_head_dim (512),
+// HF's head_dim_key="global_head_dim": read over 256 every rotated frequency would be wrong.
+TEST(HfConfig, Gemma4FullLayersSpanGlobalHeadDim) {
+  HfConfig c;
+  c.model_type = "gemma4_text";  // the class defaults alone
+  auto r = resolve(c);
+  EXPECT_EQ(r.layer_type, "full_attention");
+  EXPECT_EQ(r.params.rope_type, "proportional");
+  EXPECT_EQ(r.spec.head_dim, 512);
+  ASSERT_EQ(r.freqs.theta.size(), 256u);
+  for (std::int64_t j = 0; j < 64; ++j) EXPECT_EQ(r.freqs.theta[j], theta_j(j, 512, 1e6)) << j;
+  for (std::int64_t j = 64; j < 256; ++j) EXPECT_EQ(r.freqs.theta[j], 0.0) << j;
+  ResolveOptions o;
+  o.layer_type = "sliding_attention";
+  r = resolve(c, o);
+  EXPECT_EQ(r.params.rope_type, "default");
+  EXPECT_EQ(r.spec.head_dim, 256);
+  EXPECT_EQ(r.freqs.theta[7], theta_j(7, 256, 1e4));
+  // google/gemma-4-31B-it's text_config: per-layer rope_parameters, global_head_dim 512
+  c.head_dim = 256;
+  c.global_head_dim = 512;
+  RopeParameters full;
+  full.rope_type = "proportional";
+  full.partial_rotary_factor = 0.25;
+  full.rope_theta = 1e6;
+  RopeParameters sliding;
+  sliding.rope_theta = 1e4;
+  c.per_layer_type = {{"full_attention", full}, {"sliding_attention", sliding}};
+  r = resolve(c);
+  EXPECT_EQ(r.spec.head_dim, 512);
+  EXPECT_EQ(r.freqs.theta[63], theta_j(63, 512, 1e6));
+  EXPECT_EQ(resolve(c, o).spec.head_dim, 256);
+  // any other rule on the full_attention layers would span head_dim, which does not fit their heads
+  c.per_layer_type["full_attention"].rope_type = "default";
+  expect_error([&] { resolve(c); }, {"global_head_dim (512)", "'proportional' only", "rope_type 'default'"});
+  c.global_head_dim = 256;  // heads of one width: nothing to choose
+  EXPECT_EQ(resolve(c).spec.head_dim, 256);
+}
+
 // OLMo 3: yarn on its full_attention layers only; its sliding_attention layers use default RoPE at the
 // same rope_theta (Olmo3RotaryEmbedding(config, rope_type="default")), unlike Gemma-3's local theta.
 TEST(HfConfig, Olmo3SlidingLayersAreUnscaled) {

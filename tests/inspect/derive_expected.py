@@ -148,6 +148,8 @@ CLASS_DEFAULTS = {
     "minicpm": dict(rope_theta=10000.0, max_position_embeddings=2048, hidden_size=4096, num_attention_heads=32),
     "kimi_k2": dict(rope_theta=10000.0, max_position_embeddings=4096, hidden_size=7168, num_attention_heads=128,
                     qk_rope_head_dim=64),  # DeepseekV3Config (remote code), its own model_type
+    "gemma4_text": dict(rope_theta=1e6, rope_local_base_freq=10000.0, max_position_embeddings=131072,
+                        hidden_size=2304, num_attention_heads=8, head_dim=256, global_head_dim=512),
     "ernie4_5": dict(rope_theta=500000.0, max_position_embeddings=131072, hidden_size=1024, num_attention_heads=16,
                      head_dim=128),
     "ernie4_5_moe": dict(rope_theta=500000.0, max_position_embeddings=131072, hidden_size=2560,
@@ -178,7 +180,7 @@ INTERLEAVED = {"gptj", "codegen", "cohere", "cohere2", "glm", "glm4", "deepseek_
                "ernie4_5", "ernie4_5_moe", "helium", "kimi_k2"}
 # Layer types whose layers carry no RoPE, and the RoPE layer type used by default.
 NOPE = {"llama4_text": ("full_attention", "chunked_attention"), "qwen3_next": ("linear_attention", "full_attention")}
-COMPOSITE_TEXT = {"gemma3": "gemma3_text", "llama4": "llama4_text", "qwen3_vl": "qwen3_vl_text", "llava": "llama"}
+COMPOSITE_TEXT = {"gemma3": "gemma3_text", "gemma4": "gemma4_text", "llama4": "llama4_text", "qwen3_vl": "qwen3_vl_text", "llava": "llama"}
 
 
 def text_config(cfg):
@@ -227,24 +229,37 @@ def resolve_py(cfg, layer_type=None, seq_len=None):
     layer_type = layer_type or rope_layer
     assert layer_type != nope
     rs = c["rope_scaling"] if "rope_scaling" in c else dflt.get("rope_scaling")
+    rp = c.get("rope_parameters")
+    nested = isinstance(rp, dict) and rp and all(isinstance(v, dict) for v in rp.values())
+    if nested:  # transformers 5: one complete dict per layer type
+        rs = rp[layer_type]
     rs = dict(rs or {})
     rope_type = rs.get("rope_type", rs.get("type", "default"))
     rope_type = {"mrope": "default", "su": "longrope"}.get(rope_type, rope_type)
-    theta = get("rope_theta") or get("rotary_emb_base") or 10000.0
+    theta = rs.get("rope_theta") if nested else None
+    if theta is None and nested and layer_type == "sliding_attention":
+        theta = get("rope_theta") or dflt.get("rope_local_base_freq")
+    theta = theta or get("rope_theta") or get("rotary_emb_base") or 10000.0
+    if mt == "gemma4_text" and layer_type == "full_attention":  # head_dim_key="global_head_dim"
+        head_dim = get("global_head_dim")
     local = get("rope_local_base_freq")
-    if layer_type == "sliding_attention" and local:  # Gemma-3's rotary_emb_local: default RoPE
+    if layer_type == "sliding_attention" and local and not nested:  # Gemma-3's rotary_emb_local: default RoPE
         rope_type, theta, rs = "default", local, {}
     if layer_type == "sliding_attention" and mt == "olmo3":  # Olmo3RotaryEmbedding(config, rope_type="default")
         rope_type, rs = "default", {}
     if rope_type == "dynamic" and rs.get("alpha"):  # HunYuan: base * alpha ** (dim / (dim - 2)), no growth
         rope_type = "ntk"
-    prf = get("partial_rotary_factor") or get("rotary_pct") or 1.0
-    rotary_dim = get("rotary_dim") or int(head_dim * prf)
+    prf = get("partial_rotary_factor") or rs.get("partial_rotary_factor") or get("rotary_pct") or 1.0
+    rotary_dim = head_dim if rope_type == "proportional" else (get("rotary_dim") or int(head_dim * prf))
     L = get("max_position_embeddings") or get("n_positions")
     d = rotary_dim
     af = 1.0
     if rope_type == "default":
         f = inv(d, theta)
+    elif rope_type == "proportional":  # _compute_proportional_rope_parameters: zeros past the rotated angles
+        angles = int(prf * head_dim // 2)
+        f = [math.pow(theta, -(2 * i) / head_dim) / rs.get("factor", 1.0) for i in range(angles)]
+        f += [0.0] * (head_dim // 2 - angles)
     elif rope_type == "ntk":
         f = inv(d, theta * math.pow(rs["alpha"], d / (d - 2)))
     elif rope_type == "linear":
@@ -293,7 +308,7 @@ def published_expectations():
         cfg = json.load(open(os.path.join(pub, fn)))
         mt = text_config(cfg).get("model_type")
         runs = [dict(args=[], **resolve_py(cfg))]
-        if mt in ("gemma3_text", "gemma2", "gpt_oss", "olmo3"):  # sliding-window layers
+        if mt in ("gemma3_text", "gemma2", "gpt_oss", "olmo3", "gemma4_text"):  # sliding-window layers
             runs.append(dict(args=["--layer-type", "sliding_attention"], **resolve_py(cfg, "sliding_attention")))
         if mt in NOPE:
             runs.append({"args": ["--layer-type", NOPE[mt][0]], "exit_status": 1, "message": "NoPE"})

@@ -100,6 +100,18 @@ TEST(HfJson, LegacyKeysAndNulls) {
   EXPECT_EQ(resolve(c).spec.head_dim, 64);
   c = parse_hf_config(R"({"model_type": "ernie4_5", "hidden_size": 1024, "num_attention_heads": 16})");
   EXPECT_EQ(resolve(c).spec.head_dim, 128);  // absent: the class default
+  // Gemma 4's composite config: text_config's keys, global_head_dim among them
+  c = parse_hf_config(R"({"model_type": "gemma4", "text_config": {"head_dim": 256, "global_head_dim": 512,
+      "rope_parameters": {"full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
+      "rope_theta": 1000000.0}, "sliding_attention": {"rope_type": "default"}}}})");
+  EXPECT_TRUE(c.warnings.empty()) << ::testing::PrintToString(c.warnings);
+  EXPECT_EQ(c.model_type, "gemma4_text");
+  EXPECT_EQ(resolve(c).spec.head_dim, 512);
+  {
+    rotary::ResolveOptions sliding;
+    sliding.layer_type = "sliding_attention";
+    EXPECT_EQ(resolve(c, sliding).spec.base, 1e4);  // the class default of the sliding layers
+  }
   c = parse_hf_config(R"({"model_type": "gpt_oss"})");  // the class default rope_scaling: yarn
   EXPECT_EQ(resolve(c).params.rope_type, "yarn");
   c = parse_hf_config(R"({"model_type": "gpt_oss", "rope_scaling": null})");  // HF: None -> default RoPE
