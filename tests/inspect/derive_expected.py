@@ -180,7 +180,8 @@ INTERLEAVED = {"gptj", "codegen", "cohere", "cohere2", "glm", "glm4", "deepseek_
                "ernie4_5", "ernie4_5_moe", "helium", "kimi_k2"}
 # Layer types whose layers carry no RoPE, and the RoPE layer type used by default.
 NOPE = {"llama4_text": ("full_attention", "chunked_attention"), "qwen3_next": ("linear_attention", "full_attention")}
-COMPOSITE_TEXT = {"gemma3": "gemma3_text", "gemma4": "gemma4_text", "llama4": "llama4_text", "qwen3_vl": "qwen3_vl_text", "llava": "llama"}
+COMPOSITE_TEXT = {"gemma3": "gemma3_text", "gemma4": "gemma4_text", "llama4": "llama4_text", "qwen3_vl": "qwen3_vl_text",
+                  "llava": "llama"}
 
 
 def text_config(cfg):
