@@ -138,8 +138,9 @@ struct ResolvedRope {
   ScalingInput input;     // what scaled_frequencies saw
   Frequencies freqs;      // theta_j (rotary_dim/2 values) and the attention factor
   std::string layer_type;  // the layer type resolved
-  // M-RoPE (Qwen2-VL, Qwen2.5-VL, Qwen3-VL): the rope parameters' mrope_section (empty for 1-D RoPE)
-  // and whether the sections interleave (Qwen3-VL); the AxisMap recipe is at the top of this header.
+  // M-RoPE (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3.5): the rope parameters' mrope_section (empty for
+  // 1-D RoPE) and whether the sections interleave (Qwen3-VL, Qwen3.5); the AxisMap recipe is at the
+  // top of this header.
   std::vector<std::int64_t> mrope_section;
   bool mrope_interleaved = false;
   // Not RoPE but decided by the same keys: DeepSeek-V2/V3 multiply the softmax scale
@@ -193,6 +194,10 @@ inline const std::vector<HfFamily>& hf_families() {
     {"qwen2_5_vl_text",  H, 1e6,    32768,  8192,  64,  0,   0,  0,    0,   0,     0,    F, ""},
     // Qwen3-VL: apply_interleaved_mrope picks the sections, rotate_half rotates (half_split).
     {"qwen3_vl_text",    H, 5e6,    128000, 4096,  32,  128, 0,  0,    0,   0,     0,    F, ""},  // max_pos ?
+    // Qwen3.5: Qwen3-Next's attention (rotate_half on a quarter of each 256-value head, RoPE on the
+    // full_attention layers only) with Qwen3-VL's interleaved M-RoPE, always interleaved (resolve()).
+    {"qwen3_5_text",     H, 1e4,    32768,  4096,  16,  256, 0,  0.25, 0,   0,     0,    F, "linear_attention"},
+    {"qwen3_5_moe_text", H, 1e4,    32768,  2048,  16,  256, 0,  0.25, 0,   0,     0,    F, "linear_attention"},
     {"gemma",            H, 1e4,    8192,   3072,  16,  256, 0,  0,    0,   0,     0,    F, ""},
     {"gemma2",           H, 1e4,    8192,   2304,  8,   256, 0,  0,    0,   0,     0,    F, ""},
     {"gemma3_text",      H, 1e6,    131072, 2304,  8,   256, 0,  0,    0,   1e4,   0,    F, ""},
@@ -538,6 +543,18 @@ inline ResolvedRope resolve(const HfConfig& config, const ResolveOptions& option
     pairing = *config.rope_interleave ? Pairing::interleaved : Pairing::half_split;
   if (!pairing) pairing = detail::known_pairing(model_type);
   if (!pairing) throw error(detail::unknown_pairing_message(model_type));
+
+  // Qwen3.5's rotary embedding takes mrope_section [11, 11, 10] when the config has none and always
+  // interleaves the sections (Qwen3VLTextRotaryEmbedding's layout; it never reads mrope_interleaved,
+  // which vLLM does read: a config saying false is warned about).
+  if (model_type == "qwen3_5_text" || model_type == "qwen3_5_moe_text") {
+    if (p.mrope_section.empty()) p.mrope_section = {11, 11, 10};
+    if (p.mrope_interleaved && !*p.mrope_interleaved)
+      r.warnings.push_back(concat("mrope_interleaved (false): ", model_type,
+                                  "'s modeling code interleaves the M-RoPE sections whatever it says (vLLM "
+                                  "reads it); resolved interleaved"));
+    p.mrope_interleaved = true;
+  }
 
   // 5. M-RoPE sections: they must cover the rotated pairs (HF's torch.split would fail otherwise).
   // Each entry is at most rotary_dim/2 and the sum stops once it passes rotary_dim/2, so it stays

@@ -281,7 +281,8 @@ TEST(HfConfig, PairingByModelFamily) {
     EXPECT_EQ(rotary::pairing_for_model_type(m), Pairing::interleaved) << m;
   for (const char* m : {"llama", "mistral", "qwen2", "qwen3", "phi", "phi3", "gpt_neox", "gemma3_text", "stablelm",
                         "falcon", "gpt_oss", "qwen2_vl", "qwen3_vl_text", "glm4_moe", "qwen3_next", "minimax_m2",
-                        "seed_oss", "smollm3", "olmo3", "hunyuan_v1_dense", "hunyuan_v1_moe"})
+                        "seed_oss", "smollm3", "olmo3", "hunyuan_v1_dense", "hunyuan_v1_moe", "gemma4_text",
+                        "qwen3_5_text", "qwen3_5_moe_text"})
     EXPECT_EQ(rotary::pairing_for_model_type(m), Pairing::half_split) << m;
   // config.json does not say how a model pairs its values: no guess for a family nobody has checked
   for (const char* m : {"", "some_future_model", "Llama", "llama "})
@@ -606,6 +607,27 @@ TEST(HfConfig, FamiliesOf2025) {
   ResolveOptions o;
   o.layer_type = "linear_attention";
   expect_error([&] { resolve(c, o); }, {"layer_type (\"linear_attention\")", "qwen3_next", "NoPE"});
+
+  c = HfConfig{};
+  c.model_type = "qwen3_5_text";  // Qwen3.5-27B's text_config: Qwen3-Next's attention, interleaved M-RoPE
+  c.head_dim = 256;
+  RopeParameters q35;
+  q35.rope_theta = 1e7;
+  q35.partial_rotary_factor = 0.25;
+  c.rope_scaling = q35;  // no sections: the rotary embedding's [11, 11, 10], always interleaved
+  r = resolve(c);
+  EXPECT_EQ(r.spec.pairing, Pairing::half_split);
+  EXPECT_EQ(r.spec.effective_rotary_dim(), 64);
+  EXPECT_EQ(r.freqs.theta[31], theta_j(31, 64, 1e7));
+  EXPECT_EQ(r.mrope_section, (std::vector<std::int64_t>{11, 11, 10}));
+  EXPECT_TRUE(r.mrope_interleaved);
+  EXPECT_TRUE(r.warnings.empty());
+  c.rope_scaling->mrope_interleaved = false;  // its code interleaves whatever the key says (vLLM reads it)
+  r = resolve(c);
+  EXPECT_TRUE(r.mrope_interleaved);
+  EXPECT_TRUE(has_warning(r, "mrope_interleaved (false): qwen3_5_text's modeling code interleaves"));
+  c.model_type = "qwen3_5_moe_text";
+  expect_error([&] { resolve(c, o); }, {"layer_type (\"linear_attention\")", "NoPE"});
 
   c = HfConfig{};
   c.model_type = "minimax_m2";  // rotary_dim: the file's key, else half of head_dim

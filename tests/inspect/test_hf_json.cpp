@@ -112,6 +112,12 @@ TEST(HfJson, LegacyKeysAndNulls) {
     sliding.layer_type = "sliding_attention";
     EXPECT_EQ(resolve(c, sliding).spec.base, 1e4);  // the class default of the sliding layers
   }
+  // Qwen3.5's composite config without text_config's own model_type: the text model's
+  c = parse_hf_config(R"({"model_type": "qwen3_5", "text_config": {"head_dim": 256, "rope_parameters":
+      {"rope_type": "default", "rope_theta": 10000000, "partial_rotary_factor": 0.25, "mrope_interleaved": true,
+      "mrope_section": [11, 11, 10]}}})");
+  EXPECT_EQ(c.model_type, "qwen3_5_text");
+  EXPECT_EQ(resolve(c).spec.effective_rotary_dim(), 64);
   c = parse_hf_config(R"({"model_type": "gpt_oss"})");  // the class default rope_scaling: yarn
   EXPECT_EQ(resolve(c).params.rope_type, "yarn");
   c = parse_hf_config(R"({"model_type": "gpt_oss", "rope_scaling": null})");  // HF: None -> default RoPE
