@@ -422,13 +422,6 @@ inline ResolvedRope resolve(const HfConfig& config, const ResolveOptions& option
     if (!local && family && family->rope_local_base_freq > 0.0) local = family->rope_local_base_freq;
     if (layer_type == "sliding_attention" && local) {
       p.rope_theta = *local;  // Gemma-3: local layers use default RoPE
-    } else if (layer_type == "sliding_attention" && model_type == "olmo3") {
-      // OLMo 3's sliding-window layers: Olmo3RotaryEmbedding(config, rope_type="default"), the config's
-      // rope_theta without its rope_scaling (a theta inside a flat rope_parameters dict included)
-      if (config.rope_scaling) p.rope_theta = config.rope_scaling->rope_theta;
-      if (config.rope_theta) p.rope_theta = *config.rope_theta;
-      else if (!config.rope_scaling || config.rope_scaling->rope_theta == RopeParameters{}.rope_theta)
-        p.rope_theta = class_theta;
     } else {
       if (config.rope_scaling) {
         p = *config.rope_scaling;
@@ -450,6 +443,13 @@ inline ResolvedRope resolve(const HfConfig& config, const ResolveOptions& option
         p.rope_theta = *config.rotary_emb_base;
       else if (!dict_theta)
         p.rope_theta = class_theta;
+      // OLMo 3's sliding-window layers: Olmo3RotaryEmbedding(config, rope_type="default"), the same
+      // rope_theta without the rope_scaling
+      if (layer_type == "sliding_attention" && model_type == "olmo3") {
+        const double theta = p.rope_theta;
+        p = RopeParameters{};
+        p.rope_theta = theta;
+      }
     }
   }
   if (p.rope_type.empty()) p.rope_type = "default";
