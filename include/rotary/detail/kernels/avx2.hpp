@@ -293,16 +293,15 @@ struct CacheOps {
 inline constexpr int kMaxRegs = 4;
 inline constexpr std::int64_t kBlockHalfBytes = 0;
 inline constexpr int kBlock = 1;
-// 16-bit gapped rows of calls that exceed the caches: rows asked for ahead as in avx512.hpp (the
-// same bf16 mla_rope on this kernel set, Xeon VM: 2025-2051 -> 1554-1636 us).
+// 16-bit gapped rows of calls that exceed the caches: rows asked for ahead as in avx512.hpp, for the
+// same reason.
 inline constexpr int kPrefetchRows16 = 16;
 // Rows that follow on are not asked for ahead here: not measured on an AVX2-only CPU, and the
-// instantiations would add to every TU's compile time (avx512.hpp has the figures).
+// instantiations would add to every TU's compile time.
 inline constexpr bool kAheadInRegisters = false;
-// 16-bit half-split rows keep the step order (avx512.hpp's kLineOrder16). Intel Xeon VM, f16 line
-// order against step order, alternated in one process: 1-3% faster on rows from beyond L2 (the
-// conversions bind these kernels: bf16 [512, 32, 128] ~0.47x memcpy), 8% slower on [512, 8, 64]
-// from L2, whose whole-half block of 4 needs more than the 16 ymm registers.
+// 16-bit half-split rows keep the step order (avx512.hpp's kLineOrder16): the conversions bind
+// these kernels, so the line order gains little from beyond L2, and from L2 it loses, since a
+// whole-half block of 4 needs more than the 16 ymm registers.
 inline constexpr bool kLineOrder16 = false;
 // Plain stores only (avx512.hpp's kStreamStores): not measured on AVX2-only CPUs.
 inline constexpr bool kStreamStores = false;

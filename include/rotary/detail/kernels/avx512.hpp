@@ -378,36 +378,28 @@ struct CacheOps {
 inline constexpr int kMaxRegs = 8;
 // Half rows of at least this many bytes take the blocked load/store order, kBlock vectors at a time
 // (simd_body.hpp, HalfSplit::block): a 512-byte f32 half (head_dim 256) in one block. Shorter
-// halves keep the step order, which measured faster there (head_dim 128 f32 on Zen 4: ~0.95x memcpy
-// in step order, ~0.8x in whole-half blocks of 4).
+// halves keep the step order, which is the faster one for them.
 inline constexpr std::int64_t kBlockHalfBytes = 512;
 inline constexpr int kBlock = 8;
 // 16-bit gapped rows of calls that exceed the caches (KernelArgs::prefetch): rotate_stream asks for
-// the row this many rows ahead. Intel Xeon VM, bf16 mla_rope at 512 tokens (64-value rope slices of
-// 128 query heads of 192): 878-976 -> 711-752 us (8 rows ahead was about as fast). Not for f32 rows,
-// which measured the same or up to 15% slower when asked for.
+// the row this many rows ahead, since their conversions leave the out-of-order window too few rows
+// to overlap misses in. Not f32 rows, which gain nothing from the hint and can lose.
 inline constexpr int kPrefetchRows16 = 16;
 // 16-bit rows that follow on, from kPrefetchContiguousBytes on (Ahead::contiguous): rotate_registers
 // asks for the row kPrefetchRows16 on before each row, in instantiations of its own (power-of-two
-// step counts). Intel Xeon VM, g++ -O2, [8192, 32, 128] out of place, each call paired with a memcpy
-// of the same bytes, old and new builds alternated: f16 0.83-0.88x -> 0.90-0.95x, bf16 0.83-0.93x ->
-// 0.93-0.99x; [4096, 32, 128] +5-8%; decode unchanged (it never asks). They add ~5% to the compile
-// time of a TU that instantiates the kernels.
+// step counts), so that the decode kernel, which never asks, carries no hint code. They add a
+// little to the compile time of a TU that instantiates the kernels.
 inline constexpr bool kAheadInRegisters = true;
 // 16-bit half-split rows are written a line at a time (simd_body.hpp, line_steps): the two 32-byte
 // vectors of a half's line, then the two of the other half's, rather than half lines alternating
-// between the halves. Intel Xeon VM, f16 out of place, the two orders alternated in one process
-// (memcpy of the same bytes): [512, 32, 128] 305-313 -> 293-298 us (284-286), [8192, 32, 128]
-// 11.5-11.6 -> 10.5-10.8 ms (9.4-9.8), [512, 32, 256] 650-656 -> 594-596 us (569-571); rows in
-// L1/L2 and decode the same within 3%. bf16 takes its packed-pair steps of whole lines where they
-// fit; f32 vectors are whole lines.
+// between the halves, so that no line is left half written while another line's stores come
+// between. bf16 takes its packed-pair steps of whole lines where they fit; f32 vectors are whole
+// lines.
 inline constexpr bool kLineOrder16 = true;
 
 // f32/f64 outputs past the caches are written with streaming stores (simd_body.hpp's Streamed; the
-// driver decides per call, stream_pays). Intel Xeon VM, f32 [8192, 32, 128] out of place, against
-// memcpy of the same bytes in the same process: 0.96-1.00x -> 1.22-1.38x with memcpy's plain stores
-// (glibc's choice here, below its ~190 MB threshold), 0.62-0.64x -> 0.80-0.90x with memcpy streaming
-// too (its threshold lowered to 16 MiB, as on a CPU with a 32 MiB last-level cache).
+// driver decides per call, stream_pays): a plain store reads its line before writing it, so an
+// output that cannot stay in the caches anyway would cross the memory bus twice.
 inline constexpr bool kStreamStores = true;
 inline void store_fence() noexcept { _mm_sfence(); }
 

@@ -130,11 +130,10 @@ struct KernelArgs {
 };
 
 // Input rows of a call spanning at least this many bytes are assumed not to be in a core's caches
-// (L2 is 1-2 MiB on the CPUs measured).
+// (a core's L2 is typically 1-2 MiB).
 inline constexpr std::int64_t kPrefetchSpanBytes = std::int64_t{1} << 20;
 // Rows that follow on are asked for from 8 MiB on: below, they are often in L3 still (an engine's
-// previous step wrote them), where the hints cost [512, 32, 128] f16 / bf16 rows (4 MiB) ~2% when
-// run again on the same rows; read from memory, 16 MiB and more gained 3-15% (Intel Xeon VM).
+// previous step wrote them), where the hints only cost time; rows read from memory gain from them.
 inline constexpr std::int64_t kPrefetchContiguousBytes = std::int64_t{8} << 20;
 
 // One stream's input rows, as prefetch_pays sees them (element strides).
@@ -151,9 +150,8 @@ struct RowSpan {
 // after head and token after token (token stride = heads x head stride, less than a line unread
 // between rows: [T, H, D] tensors) and span kPrefetchContiguousBytes or more, else none. The 16-bit
 // conversions put more instructions per row in the out-of-order window, which then holds fewer rows'
-// misses at once; asking for rows 16 on restores that overlap. Never f32: asked for ahead, f32 rope
-// slices measured the same or up to 15% slower (Intel Xeon VM; simd-and-dispatch.md, which also has
-// the contiguous rows' figures).
+// misses at once; asking for rows 16 on restores that overlap. Never f32, whose rows keep enough
+// misses in flight without it: the hint gains them nothing and can cost.
 // Called before the driver validates the call: any int64 values, in double (no overflow, no abs of
 // INT64_MIN; an estimate is enough for a hint).
 template <class T>
@@ -192,9 +190,9 @@ struct Rows {
 
 // Token t's rows in order, q's heads then k's:
 //   for (TokenRows<T> w(rows, t); w.next();) { w.in() ... w.out() ... }
-// Each step adds the head strides; a stream's first row takes one multiply. (Looking each row up by
-// one head index over both streams, a branch and two multiplies per head, made f32 decode (1 token x
-// 32 heads x 128) 5-17% slower on an Intel Xeon VM.)
+// Each step adds the head strides and a stream's first row takes one multiply: at decode sizes that
+// is cheaper than looking each row up by one head index over both streams (a branch and two
+// multiplies per head).
 template <class T>
 class TokenRows {
  public:
@@ -232,8 +230,8 @@ class TokenRows {
     const std::uintptr_t line = 64;
     const std::uintptr_t last = (at + static_cast<std::uintptr_t>(bytes) - 1) & ~(line - 1);
     // (the cast back is the point: a pointer formed by arithmetic past the tensor would be undefined)
-    // The empty asm keeps the loop: g++ 12 at -O2 and -Os deleted it otherwise (a loop whose only
-    // statements are prefetches has no effect it must keep), so -O2 builds asked for nothing.
+    // The empty asm keeps the loop: g++ 12 at -O2 and -Os deletes it otherwise (a loop whose only
+    // statements are prefetches has no effect it must keep).
     for (std::uintptr_t p = at & ~(line - 1); p <= last; p += line) {
       __builtin_prefetch(reinterpret_cast<const void*>(p), 0, 3);  // NOLINT(performance-no-int-to-ptr)
       __asm__ volatile("" : : "r"(p));
@@ -324,9 +322,9 @@ struct CacheRowArgs {
 // head_dim, a multiple of 128 bytes (each half of a row, and so every vector, whole: no masked or
 // partial stores, no pass-through copies); output rows start on 64-byte boundaries (pointer and both
 // strides), so every vector store is aligned. Bytes in double: an unchecked call's values may be
-// anything. Not 16-bit rows: streamed through rotate_stream they measured 6-14% faster while other
-// work competed for memory and 1-16% slower when it did not (Intel Xeon VM, [8192, 32, 128]); the
-// register-resident kernels streamed were faster but cost 45% more compile time per TU.
+// anything. Not 16-bit rows: through rotate_stream streaming pays only while other work competes
+// for memory and costs time when none does, and streaming the register-resident kernels would add
+// much to the compile time of every TU that instantiates them.
 template <class T>
 bool stream_pays(const KernelArgs<T>& a, std::int64_t min_bytes) noexcept {
   constexpr auto size = static_cast<std::int64_t>(sizeof(T));

@@ -92,10 +92,9 @@ struct HalfSplit {
   // second, loaded in that order; the N results of the first half stored, then the N of the second.
   // The 2N data vectors and N results take the registers. The empty asm (a compiler barrier) keeps
   // the two store groups apart, which the compiler would interleave again. Two uses:
-  // * long halves (kBlockHalfBytes), N = kBlock, in the order the hardware prefetchers follow.
-  //   Measured on Zen 4 (512 x 32 x 256 f32, 512-byte halves, 32 MiB moved): a plain copy in the
-  //   step order (x0, x1 streams 512 bytes apart) ran at ~0.5x memcpy, in whole halves at ~0.9x;
-  //   the kernel went from 0.61-0.68x (blocks of 4) to 0.71-0.72x (whole halves).
+  // * long halves (kBlockHalfBytes), N = kBlock, in the order the hardware prefetchers follow:
+  //   the step order reads and writes x0 and x1 as two streams a half row apart, which they follow
+  //   poorly, and whole halves beat smaller blocks.
   // * vectors narrower than a cache line (16-bit storage), N = line_steps(): each half's line
   //   written whole before the other half's, the step order of f32 at line granularity, instead
   //   of half lines alternating between the two halves (line_steps, the ISA's kLineOrder16).
@@ -357,8 +356,8 @@ ROTARY_KERNEL_INLINE void tail_step(const typename P::T* in, typename P::T* out,
 // 16-bit rows from beyond the caches (KernelArgs::prefetch) on an ISA that asks for them: the lines
 // of the row kPrefetchRows16 on in its stream are asked for before each row (the conversions leave
 // the out-of-order window fewer rows to overlap misses in). Gapped rows take rotate_stream; rows
-// that follow on stay in rotate_registers, which decides once per call (a hint tested per row there,
-// even when off, had cost bf16 decode 2-4%).
+// that follow on stay in rotate_registers, which decides once per call (a hint tested per row there
+// would slow decode even when off).
 template <class T>
 inline bool prefetches(const KernelArgs<T>& a, Ahead kind) noexcept {
   return kPrefetchRows16 > 0 && a.prefetch == kind;
@@ -389,8 +388,8 @@ ROTARY_KERNEL_INLINE auto tail_of(int rest) noexcept {
 // h = K * kPairs + rest pairs (rest < kPairs): per token, the cos/sin of the K full steps (and of
 // the masked last one) are loaded once into registers and all of the token's heads are swept.
 // kAhead: each row first asks for the row kPrefetchRows16 on in its stream (Ahead::contiguous; an
-// instantiation of its own, so that the decode kernel's code stays as it was: the choice made inside
-// one function cost bf16 half-split decode ~9% on the Intel Xeon VM).
+// instantiation of its own, so that the decode kernel carries no hint code: deciding inside one
+// function slows half-split decode).
 template <class P, int K, bool kAhead = false>
 ROTARY_KERNEL_TARGET void rotate_registers(const KernelArgs<typename P::T>& a, std::int64_t t0,
                                            std::int64_t t1) noexcept {
@@ -495,8 +494,8 @@ bool run_registers(const KernelArgs<typename P::T>& a, std::int64_t full, std::i
     return false;
   } else {
     if (full == K) {
-      // (power-of-two K only: rotary_dim 64, 128, 256, ...; instantiating every K cost ~14% more
-      // compile time)
+      // (power-of-two K only: rotary_dim 64, 128, 256, ...; every K would add to the compile time
+      // of every TU that instantiates the kernels)
       if constexpr (sizeof(typename P::T) == 2 && kPrefetchRows16 > 0 && kAheadInRegisters && K >= 2 &&
                     (K & (K - 1)) == 0) {
         if (prefetches(a, Ahead::contiguous)) {
@@ -638,8 +637,8 @@ ROTARY_KERNEL_INLINE void scale_row(const typename S::T* x, typename S::T* y, co
 // B rows of exactly K vectors each (K * L a multiple of 16): first the B rows' sums and factors
 // (B independent chains of fma, reduction, sqrt and division that overlap), then each row read again
 // (from L1) and scaled. Keeping a row in registers and scaling it as soon as its factor is known
-// is slower: its multiplies wait ~100 cycles for the factor and fill the scheduler, so the next
-// rows cannot start (f32, 128 values, Zen 4: 54 cycles per row, against 46 this way).
+// is slower: its multiplies wait for the factor's long sqrt-and-divide chain and fill the
+// scheduler, so the next rows cannot start.
 template <class S, int K, int B, bool kWeighted>
 ROTARY_KERNEL_INLINE void norm_rows_batch(const NormArgs<typename S::T>& a, std::int64_t r0,
                                           const typename S::C* w) noexcept {
