@@ -29,7 +29,7 @@
 // from these by at most |D| ulp(theta*_j) / 2, ~1e-10 rad at D = 1e6.)
 //
 // Angles: every D theta is reduced exactly (detail/exact_angle.hpp), for any int64 D; sums in double.
-// Cost: one exact sincos per pair and distance (~20 ns): 1e6 distances x 64 pairs take about a second.
+// Cost: one exact sincos per pair and distance: 1e6 distances x 64 pairs take on the order of a second.
 // Every entry point is checked and throws rotary::error naming the bad argument.
 #ifndef ROTARY_ANALYSIS_HPP
 #define ROTARY_ANALYSIS_HPP

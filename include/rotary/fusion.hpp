@@ -298,7 +298,7 @@ std::string check_prologue(const Prologue<T, E, W>& c, std::int64_t head_dim, st
   if (c.deinterleave && (c.q_norm.enabled || c.k_norm.enabled))
     return "deinterleave with a q/k norm before RoPE is not supported (norm the rows, then call again)";
   // Each step returns its message as soon as it has one (no string assigned on the way: at decode
-  // size the checks were about a quarter of a fused call's time).
+  // size the checks are a sizeable share of a fused call, so they must stay cheap).
   if (std::string m = check_norm("q_norm", c.q_norm); !m.empty()) return m;
   if (std::string m = check_norm("k_norm", c.k_norm); !m.empty()) return m;
   if (std::string m = check_norm("l2_after", c.l2_after, false); !m.empty()) return m;
@@ -476,7 +476,7 @@ struct PreparedNorm {
     if (!n.enabled || n.weight == nullptr) return;
     if constexpr (std::is_same_v<W, C>) {
       // plain weights of the compute type are used where they are (no copy: at decode size the two
-      // copies and their allocations were ~5% of an f32 QK-norm + RoPE call)
+      // copies and their allocations are a noticeable part of a QK-norm + RoPE call)
       if (n.convention == NormWeight::plain) {
         borrowed = n.weight;
         return;
@@ -521,15 +521,12 @@ struct PrologueKernels {
 // padding alike) goes through the rotation kernel in one call, its key rows written straight into
 // the cache when nothing comes between (same type, no norm after RoPE). A norm before RoPE writes
 // its rows into the rows RoPE writes, which are then rotated in place while still in cache, in
-// chunks of up to norm_chunk_bytes() of rows. On Zen 4, 192 KiB made the fused QK-norm + RoPE ~8%
-// faster than 24 KiB, whose per-chunk calls cost more than L1 saved; on a Xeon (Sapphire Rapids or
-// later) the second pass over 192 KiB from L2 made f32 ~18% slower than 24-48 KiB from L1 (bf16,
-// bound by its conversions there, the same either way), so Intel CPUs take 32 KiB. No chunk size
-// changes a result: each row is normalized, rounded, then rotated. Deinterleaving fills per-thread
-// scratch rows, and steps after RoPE (the L2 norm, a conversion or quantization into the cache)
-// read its rows from scratch rows too, up to kScratchBytes of them per chunk (on Zen 4, f32 -> int8
-// at 512 tokens x 8 kv heads x 128: 16-token chunks, as the cache blocks cut them, were ~7% faster
-// than 4; on the Xeon, 32 KiB and 128 KiB were the same).
+// chunks of up to norm_chunk_bytes() of rows: 32 KiB on Intel CPUs, where the second pass is
+// cheapest from L1, and 192 KiB elsewhere, where smaller chunks' per-chunk calls cost more than L1
+// saves. No chunk size changes a result: each row is normalized, rounded, then rotated.
+// Deinterleaving fills per-thread scratch rows, and steps after RoPE (the L2 norm, a conversion or
+// quantization into the cache) read its rows from scratch rows too, up to kScratchBytes of them per
+// chunk: chunks as long as the cache blocks cut them beat short ones.
 template <class T, class E, class W>
 class PrologueRunner {
  public:

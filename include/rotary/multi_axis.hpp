@@ -449,9 +449,9 @@ inline std::vector<std::int64_t> grid_positions(std::int64_t frames, std::int64_
   if (options.start < 0) throw error(concat("grid start (", options.start, ") must be >= 0"));
   const std::int64_t per_frame = rows * cols;
   const std::int64_t tokens = frames * per_frame;
-  // Indices into v, not pointers to its streams: GCC 12 at -O3 turned the constant h-stream stores
-  // of a rows = 1 grid into a memset through a pointer it traced to a possibly empty vector and
-  // reported -Warray-bounds "out of the bounds [0, 0]" (a false positive that broke -Werror Release).
+  // Indices into v, not pointers to its streams: GCC 12 at -O3 turns the constant h-stream stores
+  // of a rows = 1 grid into a memset through a pointer it traces to a possibly empty vector and
+  // reports a false -Warray-bounds "out of the bounds [0, 0]", which fails -Werror builds.
   const auto n = static_cast<std::size_t>(tokens);
   std::vector<std::int64_t> v(static_cast<std::size_t>(axes) * n);
   const std::size_t h_first = static_cast<std::size_t>(axes - 2) * n;

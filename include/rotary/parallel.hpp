@@ -3,7 +3,7 @@
 //
 //   ThreadPool            a persistent pool (the caller is one of its threads): what to pass when the
 //                         engine has no pool of its own. Threads start once, in the constructor.
-//   thread_parallel_for   starts std::threads on every call (20-50 us each): examples and one-off
+//   thread_parallel_for   starts std::threads on every call: examples and one-off
 //                         large calls only; a ThreadPool is the same split without that cost.
 //   openmp_parallel_for   the OpenMP runtime's team, when the including TU is built with -fopenmp.
 //   your own pool         anything callable as a ParallelFor (below).
@@ -43,8 +43,8 @@ using ParallelFor =
 
 // The least bytes (vectors read + written) a call gives each thread: below 2 x this, a call runs on
 // the caller alone even with a ParallelFor; above, it is split into at most bytes / this parts.
-// Chosen from a 2-thread ThreadPool against 1 thread on rows of 32 heads x 128 (f32, bf16) on a
-// 2-vCPU AMD EPYC VM (Zen 4 class): docs/threads.md has the figures.
+// Below that, waking a thread costs more than the part it would take saves (docs/threads.md has the
+// figures).
 inline constexpr std::int64_t kMinParallelBytes = std::int64_t{128} * 1024;
 
 // Splits [0, n) into `parts` nearly equal ranges; range i is [bounds(i), bounds(i + 1)).
@@ -255,7 +255,7 @@ class ThreadPool {
 };
 
 // A ParallelFor on std::thread: `threads` workers per call (the caller is one of them). Threads are
-// created per call (20-50 us each, more than a short call takes): prefer a ThreadPool, which starts
+// created per call (each start costs more than a short call takes): prefer a ThreadPool, which starts
 // them once, or the engine's own pool.
 inline ParallelFor thread_parallel_for(unsigned threads) {
   return [threads](std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& body) {

@@ -26,9 +26,9 @@ struct CpuFeatures {
   bool avx512dq = false;
   bool avx512bf16 = false;
   bool genuine_intel = false;  // the vendor string (tuning only: PrologueRunner's chunk size)
-  // Bytes of the largest data or unified cache cpuid describes (the last level: L3 on the CPUs
-  // measured), 0 if it describes none. Tuning only: where outputs are written past the caches
-  // (dispatch.hpp's stream_min_bytes).
+  // Bytes of the largest data or unified cache cpuid describes (the last level, usually L3), 0 if
+  // it describes none. Tuning only: where outputs are written past the caches (dispatch.hpp's
+  // stream_min_bytes).
   std::int64_t last_level_cache_bytes = 0;
 
   // The feature sets behind Isa::avx2 and Isa::avx512 (dispatch.hpp).
@@ -134,9 +134,9 @@ inline const CpuFeatures& cpu_features() noexcept {
 #if ROTARY_X86_KERNELS
 // vzeroupper (zeroes the upper halves of ymm/zmm 0-15), run by every AVX2 / AVX-512 kernel entry
 // point after its body: code built for baseline x86-64 (legacy SSE encodings) that runs while those
-// halves are dirty pays an SSE/AVX transition on its SSE instructions, which on a Xeon (Sapphire
-// Rapids or later) made a g++ -Os build run qk_norm_rope 6x and int8 cache writes 5.6x slower. g++
-// inserts its own vzeroupper only at -O2 and above, and missed it before a tail call even there.
+// halves are dirty pays an SSE/AVX transition on its SSE instructions, which on some CPUs costs
+// more than the kernel itself. g++ inserts its own vzeroupper only at -O2 and above, and can miss it
+// before a tail call even there.
 // Only on CPUs with AVX (the entry points run nowhere else). The clobbers keep a caller built with
 // -mavx from holding a ymm value across it.
 inline void clear_upper_state() noexcept {

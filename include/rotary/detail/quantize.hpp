@@ -109,10 +109,9 @@ inline std::uint32_t abs_bits(T x) noexcept {
 
 // Elements [j, a.n) of a cache row by the definitions above (inv: the row's int8 multiplier); the
 // SIMD kernels' tails and the scalar kernel. Always inlined: compiled out of line (for the TU's
-// baseline, SSE2 without -m flags) g++ 12 tail-called it from the AVX2 / AVX-512 row kernels with a
-// jmp and no vzeroupper, so the kernels returned to baseline code with the upper halves of the
-// vector registers dirty; on a Xeon (Sapphire Rapids or later) each row then cost ~135 ns more
-// (SSE/AVX transitions), an int8 or fp8 cache write ran ~3x slower than with -march=native.
+// baseline, SSE2 without -m flags) g++ 12 tail-calls it from the AVX2 / AVX-512 row kernels with a
+// jmp and no vzeroupper, so the kernels return to baseline code with the upper halves of the vector
+// registers dirty, and every row then pays SSE/AVX transitions (cpu.hpp's clear_upper_state).
 template <class T>
 ROTARY_ALWAYS_INLINE void cache_codes(const CacheRowArgs<T>& a, const Int8Inv& inv, std::int64_t j) noexcept {
   for (; j < a.n; ++j) {

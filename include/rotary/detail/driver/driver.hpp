@@ -142,13 +142,12 @@ Kernel<T> select_kernel() {
 // token by token, each token's heads in turn: right for rows, BSHD, THD and fused QKV, whose heads
 // sit side by side in a token. Where a stream's heads lie farther apart than its tokens (BHSD: each
 // head's tokens are one contiguous run) that order touches every head at once: 2 x heads streams
-// at a large, usually power-of-two, stride, which defeats hardware prefetchers (a plain row copy in
-// that order runs at 0.7x memcpy). One head at a time walks memory in order but reloads a cos/sin
-// row per row rotated, an extra stream as large as the input (0.5-0.6x memcpy). So the call goes
-// over blocks of kHeadMajorBlock tokens, kHeadMajorGroup heads at a time: a few streams, each
-// cos/sin row loaded once per group, the block's rows (128 KiB for rotary_dim 128 in f32) in L2
-// for the next group. Measured on a Zen 4 VM, 512 tokens x 40 heads x 128 f32: groups of 1, 2, 4,
-// 8 heads ran at 0.6-0.7, 0.85, 0.95-1.1, 0.75x memcpy; blocks of 64-1024 tokens within noise.
+// at a large, usually power-of-two, stride, which defeats hardware prefetchers. One head at a time
+// walks memory in order but reloads a cos/sin row per row rotated, an extra stream as large as the
+// input. So the call goes over blocks of kHeadMajorBlock tokens, kHeadMajorGroup heads at a time: a
+// few streams, each cos/sin row loaded once per group, the block's rows (128 KiB for rotary_dim 128
+// in f32) in L2 for the next group. Four heads is the balance: fewer reload cos/sin rows more often,
+// more are again too many streams for the prefetchers; the block length hardly matters.
 // Every row gets the same cos/sin and arithmetic in either order, so the bits are the same.
 constexpr std::int64_t kHeadMajorBlock = 256;
 constexpr std::int64_t kHeadMajorGroup = 4;
@@ -182,8 +181,7 @@ void run_tokens(Kernel<T> kernel, const KernelArgs<T>& a, std::int64_t t0, std::
     for (const StreamArgs<T>* s : {&a.q, &a.k}) {
       // prefetch_pays calls rows a head stride apart gapped, but walked this way each head's input
       // rows follow on token after token (BHSD): a few streams the hardware prefetchers follow. The
-      // gapped hint (rotate_stream) is then not asked for: 16-bit [4 x 128 tokens, 32 + 8 heads, 128]
-      // BHSD on an Intel Xeon VM went from 0.59-0.73x to 0.95-0.96x memcpy.
+      // gapped hint is then not asked for, since rotate_stream would only slow those rows down.
       one.prefetch = a.prefetch == Ahead::gapped && rows_follow_on(*s, a.rotary_dim) ? Ahead::none : a.prefetch;
       for (std::int64_t h = 0; h < s->heads; h += kHeadMajorGroup) {
         one.q = *s;
