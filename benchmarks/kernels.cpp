@@ -199,7 +199,7 @@ void apply_rows(const R& rope, const T* in, T* out, std::int64_t tokens, std::in
   if constexpr (Checked)
     rotary::apply(rope, x, y, positions, heads);
   else
-    rotary::apply_unchecked(rope, x, y, positions, heads);
+    rotary::unchecked::apply(rope, x, y, positions, heads);
 }
 
 // The public unchecked entry point: whatever kernel it dispatches to. Fused shapes: two calls, the

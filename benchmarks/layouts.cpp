@@ -109,14 +109,14 @@ Runner prepare_batch(const BatchCase& c, const rotary::Rope<T>& rope, const T* i
       return [r, in, out, s, parallel] {
         Eigen::Map<const rotary::RowMatrix<T>> x(in, s.tokens * s.heads, s.head_dim);
         Eigen::Map<rotary::RowMatrix<T>> y(out, s.tokens * s.heads, s.head_dim);
-        rotary::apply(*r, x, y, rotary::Positions::contiguous(0), s.heads, fwd, parallel);
+        rotary::apply(*r, x, y, rotary::Positions::contiguous(0), s.heads, {fwd, parallel});
       };
     return [r, in, out, k_in, k_out, s, qh, kh, parallel] {
       Eigen::Map<const rotary::RowMatrix<T>> q_i(in, s.tokens * qh, s.head_dim);
       Eigen::Map<rotary::RowMatrix<T>> q_o(out, s.tokens * qh, s.head_dim);
       Eigen::Map<const rotary::RowMatrix<T>> k_i(k_in, s.tokens * kh, s.head_dim);
       Eigen::Map<rotary::RowMatrix<T>> k_o(k_out, s.tokens * kh, s.head_dim);
-      rotary::apply_qk(*r, q_i, q_o, k_i, k_o, rotary::Positions::contiguous(0), qh, kh, fwd, parallel);
+      rotary::apply_qk(*r, q_i, q_o, k_i, k_o, rotary::Positions::contiguous(0), qh, kh, {fwd, parallel});
     };
   }
   if (c.layout == BatchLayout::thd) {
@@ -125,7 +125,7 @@ Runner prepare_batch(const BatchCase& c, const rotary::Rope<T>& rope, const T* i
     const rotary::StridedLayout kl = contiguous_layout(s.tokens, kh, d);
     return [r, in, out, k_in, k_out, ql, kl, cu, parallel] {
       rotary::apply_qk_varlen(*r, in, ql, out, ql, k_in, kl, k_out, kl, rotary::CuSeqlens(*cu),
-                              rotary::SequencePositions::restart(), fwd, parallel);
+                              rotary::SequencePositions::restart(), {fwd, parallel});
     };
   }
   using rotary::BatchView;
@@ -151,7 +151,7 @@ Runner prepare_batch(const BatchCase& c, const rotary::Rope<T>& rope, const T* i
   }
   auto positions = std::make_shared<rotary::SequencePositions>(rotary::SequencePositions::starts(kBatchStarts));
   return [r, qi, qo, ki, ko, positions, parallel] {
-    rotary::apply_qk_batch(*r, qi, qo, ki, ko, *positions, fwd, parallel);
+    rotary::apply_qk_batch(*r, qi, qo, ki, ko, *positions, {fwd, parallel});
   };
 }
 

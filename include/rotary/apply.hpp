@@ -1,287 +1,70 @@
-// rotary — public entry points: rotate query/key vectors held in Eigen maps or strided buffers.
+// rotary — the entry points: rotate query/key vectors held in Eigen rows, strided buffers, batched
+// 4-d views or packed variable-length sequences, with any rotator (rotator.hpp).
 //
-// A block of vectors is `tokens x heads` rows of head_dim elements (inner stride 1). Token t's
-// rows all use the cos/sin of position positions[t]. Overloads:
-//   apply(rope, x, positions, heads[, dir])               in place, Eigen rows (rows = tokens*heads)
-//   apply(rope, in, out, positions, heads[, dir])          out of place (or in place if out is in)
-//   apply_strided(rope, in, in_layout, out, out_layout, positions[, dir])   raw pointers + strides
-//   apply_strided(rope, x, layout, positions[, dir])      raw, in place
-//   apply_qk(rope, q, k, positions, q_heads, k_heads[, dir])          fused q+k, in place
-//   apply_qk(rope, q_in, q_out, k_in, k_out, positions, q_heads, k_heads[, dir])   out of place
-//   apply_qk_strided(rope, q_in, q_in_layout, q_out, q_out_layout, k_in, ..., positions[, dir])
-// Fused q+k rotates a token's query heads and key heads (any counts: MHA, GQA, MQA; k_heads == 0
-// means no key) with the token's cos/sin loaded once. Every entry point takes an optional trailing
-// ParallelFor (parallel.hpp) to split the tokens over the caller's threads.
-// Checked: all of the above validate every argument first and throw rotary::error (message names
-// the argument and its value): shapes, strides, overlapping rows, partial input/output overlap,
-// position counts, negative positions and positions outside the cache. Validation is O(tokens) for
-// position arrays and O(1) otherwise.
-// Unchecked: the *_unchecked variants skip validation; in debug builds (no NDEBUG) they run the
-// same checks and fail a ROTARY_ASSERT after printing the checked variant's message to stderr
-// (ROTARY_ASSERT_MESSAGE, config.hpp). Bad input there is undefined behaviour.
+// One grid. Every family exists checked (namespace rotary) and unchecked (namespace
+// rotary::unchecked, the same names), in place and out of place; the last argument is always an
+// ApplyOptions (direction, thread pool), defaulted:
+//   apply(r, x, positions, heads, opts)                        Eigen rows (tokens*heads) x head_dim
+//   apply(r, in, out, positions, heads, opts)
+//   apply_strided(r, x, layout, positions, opts)               raw pointer + StridedLayout
+//   apply_strided(r, in, in_layout, out, out_layout, positions, opts)
+//   apply_qk(r, q, k, positions, q_heads, k_heads, opts)       fused q+k (MHA, GQA, MQA)
+//   apply_qk(r, q_in, q_out, k_in, k_out, positions, q_heads, k_heads, opts)
+//   apply_qk_strided(r, q, q_layout, k, k_layout, positions, opts)
+//   apply_qk_strided(r, q_in, q_in_layout, q_out, q_out_layout, k_in, k_in_layout, k_out, k_out_layout,
+//                    positions, opts)
+//   apply_batch(r, x, positions, opts)                         BatchView: bshd, bhsd, sbhd, any strides
+//   apply_batch(r, in, out, positions, opts)
+//   apply_qk_batch(r, q, k, positions, opts)
+//   apply_qk_batch(r, q_in, q_out, k_in, k_out, positions, opts)
+//   apply_varlen(r, x, layout, cu_seqlens, positions, opts)    packed THD
+//   apply_varlen(r, in, in_layout, out, out_layout, cu_seqlens, positions, opts)
+//   apply_qk_varlen(r, q, q_layout, k, k_layout, cu_seqlens, positions, opts)
+//   apply_qk_varlen(r, q_in, q_in_layout, q_out, q_out_layout, k_in, k_in_layout, k_out, k_out_layout,
+//                   cu_seqlens, positions, opts)
+// and, for dense tensors, apply_batch(r, layout, x, shape, positions, opts),
+// apply_qk_batch(r, layout, q, q_shape, k, k_heads, positions, opts), and the same with row-major
+// Eigen::TensorMaps (tensor_map.hpp): apply_batch(r, layout, x4, ...), apply_qk_batch(r, layout, q4,
+// k4, ...), apply_varlen(r, x3, cu_seqlens, ...).
+// A token's rows all use the cos/sin of its position. In fused q+k calls k_heads == 0 (or an empty
+// k view / layout) means no key. 1-D rotators take Positions per token (batch families:
+// SequencePositions per sequence); multi-axis rotators take their own positions type.
+//
+// Checked (rotary::): every argument is validated before anything is written and a bad one throws
+// rotary::error naming it and its value: shapes, strides, overlapping rows, partial input/output
+// overlap, position counts, negative positions and positions outside the cache (O(tokens) for
+// position arrays, O(1) otherwise).
+// Unchecked (rotary::unchecked::): no validation in release builds; in debug builds (no NDEBUG) the
+// same checks run and a failure prints the checked call's message and fails a ROTARY_ASSERT
+// (config.hpp). Bad input there is undefined behaviour.
+//
+// The entry points are function objects (one definition serves both namespaces): call them
+// qualified (rotary::apply, rotary::unchecked::apply) or after a using-declaration; argument-dependent
+// lookup does not find them.
 #ifndef ROTARY_APPLY_HPP
 #define ROTARY_APPLY_HPP
 
 #include <Eigen/Core>
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
-#include "cache.hpp"
 #include "config.hpp"
-#include "detail/driver/checks.hpp"
-#include "detail/driver/driver.hpp"
-#include "detail/kernels/kernel_args.hpp"
-#include "dtype.hpp"
-#include "parallel.hpp"
+#include "detail/calls/batch.hpp"
+#include "detail/calls/sequence.hpp"
 #include "positions.hpp"
-#include "rope.hpp"
+#include "rotator.hpp"
+#include "sequence_positions.hpp"
+#include "shape.hpp"
 #include "types.hpp"
 
 namespace rotary {
 
-template <class T>
-using RowMatrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-// Writable rows: any row-major dense block with inner stride 1 binds without a copy.
-template <class T>
-using RowsRef = Eigen::Ref<RowMatrix<T>, 0, Eigen::OuterStride<>>;
-// Read-only rows. Binding an expression of another layout makes a temporary copy (correct, slower).
-template <class T>
-using ConstRowsRef = Eigen::Ref<const RowMatrix<T>, 0, Eigen::OuterStride<>>;
-
-// ---- rotators -----------------------------------------------------------------------------------
-// A rotator is anything the entry points below accept as their first argument: Rope<T> (here),
-// MultiAxisRope<T> (multi_axis.hpp), XPos<T>'s query and key views (xpos.hpp). It has head_dim(),
-// rotary_dim() and pairing(), and a rotator_traits specialisation naming its storage type, its
-// positions type and how it makes a call's row source (detail/driver/driver.hpp):
-//   template <class F> static void with_rows(const R&, const positions_type&, Direction, F&& f)
-// calls f(source) once. Every entry point family (in place / out of place, Eigen rows / strided /
-// batch / varlen, q / q+k, checked / unchecked) is written once, below and in layouts.hpp, for all.
-template <class R>
-struct rotator_traits;  // not a rotator
-
-template <class T>
-struct rotator_traits<Rope<T>> {
-  using value_type = T;
-  using positions_type = Positions;
-  template <class F>
-  static void with_rows(const Rope<T>& r, const Positions& p, Direction /*dir*/, F&& f) {
-    if (r.on_the_fly()) {
-      f(detail::GeneratedRows<compute_t<T>>{&r.row_generator(), p});
-    } else {
-      f(detail::TableRows<compute_t<T>>{&r.cache(), p});
-    }
-  }
-};
-
-namespace detail {
-
-template <class R>
-using rotator_value_t = typename rotator_traits<R>::value_type;
-template <class R>
-using rotator_positions_t = typename rotator_traits<R>::positions_type;
-
-// One call of rotator r: streams q and (optional) k, validated and run by the driver.
-template <class R, class T>
-void rotate(bool checked, const R& r, const StreamArgs<T>& q, const StreamArgs<T>& k, std::int64_t tokens,
-            const rotator_positions_t<R>& p, Direction dir, const ParallelFor& parallel) {
-  const KernelArgs<T> a = call_args(r.head_dim(), r.rotary_dim(), r.pairing(), q, k, tokens, dir);
-  rotator_traits<R>::with_rows(r, p, dir, [&](const auto& src) { drive(checked, src, a, parallel); });
-}
-
-template <class R, class T>
-void strided(bool checked, const R& r, const T* in, const StridedLayout& il, T* out, const StridedLayout& ol,
-             const rotator_positions_t<R>& p, Direction dir, const ParallelFor& parallel) {
-  require(checked, [&] { return check_layouts("", il, ol); });
-  rotate(checked, r, make_stream(in, il, out, ol), StreamArgs<T>{}, il.tokens, p, dir, parallel);
-}
-
-// q and k layouts of a fused strided call: k_in.heads == 0 means no key; negative is refused (it
-// must never read as "no key" and leave k unrotated).
-inline std::string check_strided_qk_layouts(const StridedLayout& qil, const StridedLayout& qol,
-                                            const StridedLayout& kil, const StridedLayout& kol) {
-  if (kil.heads < 0) return concat("k heads (", kil.heads, ") must be >= 0 (0: no key)");
-  return check_qk_layouts(qil, qol, kil, kol);
-}
-
-// The kernel arguments of a fused strided call (layouts checked by check_strided_qk_layouts).
-template <class R, class T>
-KernelArgs<T> strided_qk_args(const R& r, const T* q_in, const StridedLayout& qil, T* q_out, const StridedLayout& qol,
-                              const T* k_in, const StridedLayout& kil, T* k_out, const StridedLayout& kol,
-                              Direction dir) noexcept {
-  StreamArgs<T> k;
-  if (kil.heads != 0) k = make_stream(k_in, kil, k_out, kol);
-  return call_args(r.head_dim(), r.rotary_dim(), r.pairing(), make_stream(q_in, qil, q_out, qol), k, qil.tokens, dir);
-}
-
-template <class R, class T>
-void strided_qk(bool checked, const R& r, const T* q_in, const StridedLayout& qil, T* q_out,
-                const StridedLayout& qol, const T* k_in, const StridedLayout& kil, T* k_out,
-                const StridedLayout& kol, const rotator_positions_t<R>& p, Direction dir,
-                const ParallelFor& parallel) {
-  require(checked, [&] { return check_strided_qk_layouts(qil, qol, kil, kol); });
-  const KernelArgs<T> a = strided_qk_args(r, q_in, qil, q_out, qol, k_in, kil, k_out, kol, dir);
-  rotator_traits<R>::with_rows(r, p, dir, [&](const auto& src) { drive(checked, src, a, parallel); });
-}
-
-// The kernel arguments of a call on a table Rope, rows included: for tests and benchmarks that
-// drive kernels directly (no validation).
-template <class T>
-KernelArgs<T> make_args(const Rope<T>& rope, const StreamArgs<T>& q, const StreamArgs<T>& k, std::int64_t tokens,
-                        const Positions& positions, Direction dir) noexcept {
-  KernelArgs<T> a = call_args(rope.head_dim(), rope.rotary_dim(), rope.pairing(), q, k, tokens, dir);
-  a.rows = RowSource<compute_t<T>>::table(rope.cache(), positions);
-  return a;
-}
-template <class T>
-KernelArgs<T> make_args(const Rope<T>& rope, const T* in, const StridedLayout& il, T* out, const StridedLayout& ol,
-                        const Positions& positions, Direction dir) noexcept {
-  return make_args(rope, make_stream(in, il, out, ol), StreamArgs<T>{}, il.tokens, positions, dir);
-}
-
-// Eigen rows: in and out views (the same view for in place).
-template <class R, class T>
-void rows(bool checked, const R& r, const ConstRowsRef<T>& in, RowsRef<T>& out, bool in_place,
-          const rotator_positions_t<R>& p, std::int64_t heads, Direction dir, const ParallelFor& parallel) {
-  const StridedLayout il = layout_of(checked, in, heads, r.head_dim(), in_place ? "x" : "input");
-  const StridedLayout ol = in_place ? il : layout_of(checked, out, heads, r.head_dim(), "output");
-  strided<R, T>(checked, r, in_place ? out.data() : in.data(), il, out.data(), ol, p, dir, parallel);
-}
-
-template <class R, class T>
-void rows_qk(bool checked, const R& r, const ConstRowsRef<T>* q_in, RowsRef<T>& q_out,
-             const ConstRowsRef<T>* k_in, RowsRef<T>& k_out, const rotator_positions_t<R>& p,
-             std::int64_t q_heads, std::int64_t k_heads, Direction dir, const ParallelFor& parallel) {
-  const bool in_place = q_in == nullptr;  // then k_in is null too
-  const StridedLayout qil = in_place ? layout_of(checked, q_out, q_heads, r.head_dim(), "q")
-                                     : layout_of(checked, *q_in, q_heads, r.head_dim(), "q input");
-  const StridedLayout qol = in_place ? qil : layout_of(checked, q_out, q_heads, r.head_dim(), "q output");
-  StridedLayout kil;
-  StridedLayout kol;
-  if (k_heads != 0) {
-    kil = in_place ? layout_of(checked, k_out, k_heads, r.head_dim(), "k")
-                   : layout_of(checked, *k_in, k_heads, r.head_dim(), "k input");
-    kol = in_place ? kil : layout_of(checked, k_out, k_heads, r.head_dim(), "k output");
-  }
-  strided_qk<R, T>(checked, r, in_place ? q_out.data() : q_in->data(), qil, q_out.data(), qol,
-                   in_place ? k_out.data() : k_in->data(), kil, k_out.data(), kol, p, dir, parallel);
-}
-
-}  // namespace detail
-
-// ---- the entry points, for every rotator ----------------------------------------------------------
-// R is the rotator; T (never given) its storage type, P its positions type.
-#define ROTARY_DETAIL_ROTATOR_TEMPLATE                                       \
-  template <class R, class T = detail::rotator_value_t<R>,                   \
-            class P = detail::rotator_positions_t<R>>
-
-// Raw pointers + strides.
-ROTARY_DETAIL_ROTATOR_TEMPLATE
-void apply_strided(const R& rope, const detail::identity_t<T>* in, const StridedLayout& in_layout,
-                   detail::identity_t<T>* out, const StridedLayout& out_layout, const P& positions,
-                   Direction dir = Direction::forward, const ParallelFor& parallel = {}) {
-  detail::strided<R, T>(true, rope, in, in_layout, out, out_layout, positions, dir, parallel);
-}
-
-ROTARY_DETAIL_ROTATOR_TEMPLATE
-void apply_strided(const R& rope, detail::identity_t<T>* x, const StridedLayout& layout, const P& positions,
-                   Direction dir = Direction::forward, const ParallelFor& parallel = {}) {
-  detail::strided<R, T>(true, rope, x, layout, x, layout, positions, dir, parallel);
-}
-
-ROTARY_DETAIL_ROTATOR_TEMPLATE
-void apply_strided_unchecked(const R& rope, const detail::identity_t<T>* in, const StridedLayout& in_layout,
-                             detail::identity_t<T>* out, const StridedLayout& out_layout, const P& positions,
-                             Direction dir = Direction::forward, const ParallelFor& parallel = {}) {
-  detail::strided<R, T>(false, rope, in, in_layout, out, out_layout, positions, dir, parallel);
-}
-
-// Fused q+k over raw buffers. k_in_layout.heads == 0: no key (k pointers ignored); negative is refused.
-ROTARY_DETAIL_ROTATOR_TEMPLATE
-void apply_qk_strided(const R& rope, const detail::identity_t<T>* q_in, const StridedLayout& q_in_layout,
-                      detail::identity_t<T>* q_out, const StridedLayout& q_out_layout,
-                      const detail::identity_t<T>* k_in, const StridedLayout& k_in_layout,
-                      detail::identity_t<T>* k_out, const StridedLayout& k_out_layout, const P& positions,
-                      Direction dir = Direction::forward, const ParallelFor& parallel = {}) {
-  detail::strided_qk<R, T>(true, rope, q_in, q_in_layout, q_out, q_out_layout, k_in, k_in_layout, k_out,
-                           k_out_layout, positions, dir, parallel);
-}
-
-ROTARY_DETAIL_ROTATOR_TEMPLATE
-void apply_qk_strided_unchecked(const R& rope, const detail::identity_t<T>* q_in, const StridedLayout& q_in_layout,
-                                detail::identity_t<T>* q_out, const StridedLayout& q_out_layout,
-                                const detail::identity_t<T>* k_in, const StridedLayout& k_in_layout,
-                                detail::identity_t<T>* k_out, const StridedLayout& k_out_layout,
-                                const P& positions, Direction dir = Direction::forward,
-                                const ParallelFor& parallel = {}) {
-  detail::strided_qk<R, T>(false, rope, q_in, q_in_layout, q_out, q_out_layout, k_in, k_in_layout, k_out,
-                           k_out_layout, positions, dir, parallel);
-}
-
-// Eigen rows: (tokens * heads) x head_dim, row-major, outer stride allowed.
-ROTARY_DETAIL_ROTATOR_TEMPLATE
-void apply(const R& rope, detail::identity_t<RowsRef<T>> x, const P& positions, std::int64_t heads,
-           Direction dir = Direction::forward, const ParallelFor& parallel = {}) {
-  detail::rows<R, T>(true, rope, x, x, true, positions, heads, dir, parallel);
-}
-
-ROTARY_DETAIL_ROTATOR_TEMPLATE
-void apply(const R& rope, detail::identity_t<ConstRowsRef<T>> in, detail::identity_t<RowsRef<T>> out,
-           const P& positions, std::int64_t heads, Direction dir = Direction::forward,
-           const ParallelFor& parallel = {}) {
-  detail::rows<R, T>(true, rope, in, out, false, positions, heads, dir, parallel);
-}
-
-ROTARY_DETAIL_ROTATOR_TEMPLATE
-void apply_unchecked(const R& rope, detail::identity_t<RowsRef<T>> x, const P& positions, std::int64_t heads,
-                     Direction dir = Direction::forward, const ParallelFor& parallel = {}) {
-  detail::rows<R, T>(false, rope, x, x, true, positions, heads, dir, parallel);
-}
-
-ROTARY_DETAIL_ROTATOR_TEMPLATE
-void apply_unchecked(const R& rope, detail::identity_t<ConstRowsRef<T>> in, detail::identity_t<RowsRef<T>> out,
-                     const P& positions, std::int64_t heads, Direction dir = Direction::forward,
-                     const ParallelFor& parallel = {}) {
-  detail::rows<R, T>(false, rope, in, out, false, positions, heads, dir, parallel);
-}
-
-// Fused q+k in place: q is (tokens*q_heads) x head_dim, k is (tokens*k_heads) x head_dim.
-// k_heads == 0: no key (k is ignored).
-ROTARY_DETAIL_ROTATOR_TEMPLATE
-void apply_qk(const R& rope, detail::identity_t<RowsRef<T>> q, detail::identity_t<RowsRef<T>> k,
-              const P& positions, std::int64_t q_heads, std::int64_t k_heads, Direction dir = Direction::forward,
-              const ParallelFor& parallel = {}) {
-  detail::rows_qk<R, T>(true, rope, nullptr, q, nullptr, k, positions, q_heads, k_heads, dir, parallel);
-}
-
-// Fused q+k out of place.
-ROTARY_DETAIL_ROTATOR_TEMPLATE
-void apply_qk(const R& rope, detail::identity_t<ConstRowsRef<T>> q_in, detail::identity_t<RowsRef<T>> q_out,
-              detail::identity_t<ConstRowsRef<T>> k_in, detail::identity_t<RowsRef<T>> k_out, const P& positions,
-              std::int64_t q_heads, std::int64_t k_heads, Direction dir = Direction::forward,
-              const ParallelFor& parallel = {}) {
-  detail::rows_qk<R, T>(true, rope, &q_in, q_out, &k_in, k_out, positions, q_heads, k_heads, dir, parallel);
-}
-
-ROTARY_DETAIL_ROTATOR_TEMPLATE
-void apply_qk_unchecked(const R& rope, detail::identity_t<RowsRef<T>> q, detail::identity_t<RowsRef<T>> k,
-                        const P& positions, std::int64_t q_heads, std::int64_t k_heads,
-                        Direction dir = Direction::forward, const ParallelFor& parallel = {}) {
-  detail::rows_qk<R, T>(false, rope, nullptr, q, nullptr, k, positions, q_heads, k_heads, dir, parallel);
-}
-
-ROTARY_DETAIL_ROTATOR_TEMPLATE
-void apply_qk_unchecked(const R& rope, detail::identity_t<ConstRowsRef<T>> q_in,
-                        detail::identity_t<RowsRef<T>> q_out, detail::identity_t<ConstRowsRef<T>> k_in,
-                        detail::identity_t<RowsRef<T>> k_out, const P& positions, std::int64_t q_heads,
-                        std::int64_t k_heads, Direction dir = Direction::forward, const ParallelFor& parallel = {}) {
-  detail::rows_qk<R, T>(false, rope, &q_in, q_out, &k_in, k_out, positions, q_heads, k_heads, dir, parallel);
-}
-
-// ---- Eigen rows the overloads above cannot take: a compile-time error naming the cause ----------------
+// ---- arguments the entry points cannot take: a compile-time error naming the cause ----------------
 // Without these, an Eigen::MatrixXf (column-major) or a const matrix as written rows, or rows of
-// another scalar type, fails with "no matching function" and pages of candidates. Each overload below
-// is viable only where no real one is (it is removed by SFINAE whenever the rows bind), and its body
-// is a static_assert. Read-only rows of another layout still bind: ConstRowsRef copies them.
+// another scalar type, fails with "no matching function" and pages of candidates. Each misuse
+// overload below is viable only where no real one is (SFINAE removes it whenever the rows bind),
+// and its body is a static_assert. Read-only rows of another layout still bind: ConstRowsRef copies.
 namespace detail {
 template <class X>
 inline constexpr bool is_eigen_v = std::is_base_of_v<Eigen::EigenBase<std::decay_t<X>>, std::decay_t<X>>;
@@ -292,86 +75,264 @@ template <class X, class T>
 inline constexpr bool unreadable_rows_v = is_eigen_v<X> && !std::is_convertible_v<X, ConstRowsRef<T>>;
 template <class...>
 inline constexpr bool dependent_false_v = false;
+
+// A row-major Eigen::TensorMap (or Tensor) of rank N over T, detected without the Tensor module.
+template <class X, class = void>
+struct tensor_rank : std::integral_constant<int, -1> {};
+template <class X>
+struct tensor_rank<X, std::void_t<decltype(X::NumDimensions), decltype(X::Layout), typename X::Scalar,
+                                  decltype(std::declval<X&>().dimensions()), decltype(std::declval<X&>().data())>>
+    : std::integral_constant<int, static_cast<int>(X::NumDimensions)> {};
+template <class X, class T, int N, class = void>
+struct is_tensor : std::false_type {};
+template <class X, class T, int N>
+struct is_tensor<X, T, N, std::enable_if_t<tensor_rank<X>::value == N>>
+    : std::bool_constant<std::is_same_v<typename X::Scalar, T> &&
+                         static_cast<int>(X::Layout) == static_cast<int>(Eigen::RowMajor)> {};
+template <class X, class T, int N>
+inline constexpr bool is_tensor_v = is_tensor<std::decay_t<X>, T, N>::value;
+
+// The shape a dense row-major rank-4 tensor of `layout` has, from its dimensions.
+template <class Dims>
+BatchShape tensor_shape(Layout layout, const Dims& d) {
+  switch (layout) {
+    case Layout::bshd: return {d[0], d[1], d[2], d[3]};
+    case Layout::bhsd: return {d[0], d[2], d[1], d[3]};
+    case Layout::sbhd: return {d[1], d[0], d[2], d[3]};
+    default: throw error("layout thd is rank 3: use apply_varlen with a TensorMap3");
+  }
+}
 }  // namespace detail
 
-#define ROTARY_DETAIL_ROWS_MISUSE_MESSAGE                                                                \
-  "rotary: Eigen rows must be row-major, of the rotator's storage type T, with inner stride 1 "        \
+#define ROTARY_DETAIL_ROWS_MISUSE_MESSAGE                                                                   \
+  "rotary: Eigen rows must be row-major, of the rotator's storage type T, with inner stride 1 "           \
   "(rotary::RowMatrix<T>, or an Eigen::Map / Block of one), and rows the call writes must not be const. " \
   "Eigen::MatrixXf is column-major: declare rotary::RowMatrix<float>."
-#define ROTARY_DETAIL_ROWS_MISUSE(name)                                                                     \
-  template <class R, class X, class P, class T = detail::rotator_value_t<R>,                               \
-            std::enable_if_t<detail::unwritable_rows_v<X, T> && !detail::is_eigen_v<P>, int> = 0>          \
-  void name(const R&, X&&, const P&, std::int64_t, Direction = Direction::forward, const ParallelFor& = {}) { \
-    static_assert(detail::dependent_false_v<X>, ROTARY_DETAIL_ROWS_MISUSE_MESSAGE);                        \
-  }                                                                                                        \
-  template <class R, class In, class Out, class P, class T = detail::rotator_value_t<R>,                   \
-            std::enable_if_t<detail::is_eigen_v<In> && !detail::is_eigen_v<P> &&                          \
-                                 (detail::unreadable_rows_v<In, T> || detail::unwritable_rows_v<Out, T>),  \
-                             int> = 0>                                                                     \
-  void name(const R&, In&&, Out&&, const P&, std::int64_t, Direction = Direction::forward,                 \
-            const ParallelFor& = {}) {                                                                     \
-    static_assert(detail::dependent_false_v<In>, ROTARY_DETAIL_ROWS_MISUSE_MESSAGE);                       \
+
+// ---- the families, each written once for both namespaces -------------------------------------------
+// R is the rotator; T (never given) its storage type, P its positions type; Checked picks the namespace.
+namespace detail {
+
+template <bool Checked>
+struct ApplyRows {
+  template <class R, class T = rotator_value_t<R>, class P = rotator_positions_t<R>>
+  void operator()(const R& r, identity_t<RowsRef<T>> x, const P& positions, std::int64_t heads,
+                  const ApplyOptions& o = {}) const {
+    rows<R, T>(Checked, r, x, x, true, positions, heads, o.direction, o.parallel);
   }
-#define ROTARY_DETAIL_QK_ROWS_MISUSE(name)                                                                  \
-  template <class R, class Q, class K, class P, class T = detail::rotator_value_t<R>,                      \
-            std::enable_if_t<detail::is_eigen_v<Q> && detail::is_eigen_v<K> && !detail::is_eigen_v<P> &&   \
-                                 (detail::unwritable_rows_v<Q, T> || detail::unwritable_rows_v<K, T>),     \
-                             int> = 0>                                                                     \
-  void name(const R&, Q&&, K&&, const P&, std::int64_t, std::int64_t, Direction = Direction::forward,      \
-            const ParallelFor& = {}) {                                                                     \
-    static_assert(detail::dependent_false_v<Q>, ROTARY_DETAIL_ROWS_MISUSE_MESSAGE);                        \
-  }                                                                                                        \
-  template <class R, class QI, class QO, class KI, class KO, class P, class T = detail::rotator_value_t<R>, \
-            std::enable_if_t<detail::is_eigen_v<QI> && detail::is_eigen_v<KI> && !detail::is_eigen_v<P> && \
-                                 (detail::unreadable_rows_v<QI, T> || detail::unwritable_rows_v<QO, T> ||  \
-                                  detail::unreadable_rows_v<KI, T> || detail::unwritable_rows_v<KO, T>),   \
-                             int> = 0>                                                                     \
-  void name(const R&, QI&&, QO&&, KI&&, KO&&, const P&, std::int64_t, std::int64_t,                        \
-            Direction = Direction::forward, const ParallelFor& = {}) {                                     \
-    static_assert(detail::dependent_false_v<QI>, ROTARY_DETAIL_ROWS_MISUSE_MESSAGE);                       \
+  template <class R, class T = rotator_value_t<R>, class P = rotator_positions_t<R>>
+  void operator()(const R& r, identity_t<ConstRowsRef<T>> in, identity_t<RowsRef<T>> out, const P& positions,
+                  std::int64_t heads, const ApplyOptions& o = {}) const {
+    rows<R, T>(Checked, r, in, out, false, positions, heads, o.direction, o.parallel);
   }
+  template <class R, class X, class P, class T = rotator_value_t<R>,
+            std::enable_if_t<unwritable_rows_v<X, T> && !is_eigen_v<P>, int> = 0>
+  void operator()(const R&, X&&, const P&, std::int64_t, const ApplyOptions& = {}) const {
+    static_assert(dependent_false_v<X>, ROTARY_DETAIL_ROWS_MISUSE_MESSAGE);
+  }
+  template <class R, class In, class Out, class P, class T = rotator_value_t<R>,
+            std::enable_if_t<is_eigen_v<In> && !is_eigen_v<P> &&
+                                 (unreadable_rows_v<In, T> || unwritable_rows_v<Out, T>),
+                             int> = 0>
+  void operator()(const R&, In&&, Out&&, const P&, std::int64_t, const ApplyOptions& = {}) const {
+    static_assert(dependent_false_v<In>, ROTARY_DETAIL_ROWS_MISUSE_MESSAGE);
+  }
+};
 
-ROTARY_DETAIL_ROWS_MISUSE(apply)
-ROTARY_DETAIL_ROWS_MISUSE(apply_unchecked)
-ROTARY_DETAIL_QK_ROWS_MISUSE(apply_qk)
-ROTARY_DETAIL_QK_ROWS_MISUSE(apply_qk_unchecked)
-#undef ROTARY_DETAIL_QK_ROWS_MISUSE
-#undef ROTARY_DETAIL_ROWS_MISUSE
-// (ROTARY_DETAIL_ROWS_MISUSE_MESSAGE stays defined: XPos's members refuse the same rows with it.)
+template <bool Checked>
+struct ApplyQkRows {
+  template <class R, class T = rotator_value_t<R>, class P = rotator_positions_t<R>>
+  void operator()(const R& r, identity_t<RowsRef<T>> q, identity_t<RowsRef<T>> k, const P& positions,
+                  std::int64_t q_heads, std::int64_t k_heads, const ApplyOptions& o = {}) const {
+    rows_qk<R, T>(Checked, r, nullptr, q, nullptr, k, positions, q_heads, k_heads, o.direction, o.parallel);
+  }
+  template <class R, class T = rotator_value_t<R>, class P = rotator_positions_t<R>>
+  void operator()(const R& r, identity_t<ConstRowsRef<T>> q_in, identity_t<RowsRef<T>> q_out,
+                  identity_t<ConstRowsRef<T>> k_in, identity_t<RowsRef<T>> k_out, const P& positions,
+                  std::int64_t q_heads, std::int64_t k_heads, const ApplyOptions& o = {}) const {
+    rows_qk<R, T>(Checked, r, &q_in, q_out, &k_in, k_out, positions, q_heads, k_heads, o.direction, o.parallel);
+  }
+  template <class R, class Q, class K, class P, class T = rotator_value_t<R>,
+            std::enable_if_t<is_eigen_v<Q> && is_eigen_v<K> && !is_eigen_v<P> &&
+                                 (unwritable_rows_v<Q, T> || unwritable_rows_v<K, T>),
+                             int> = 0>
+  void operator()(const R&, Q&&, K&&, const P&, std::int64_t, std::int64_t, const ApplyOptions& = {}) const {
+    static_assert(dependent_false_v<Q>, ROTARY_DETAIL_ROWS_MISUSE_MESSAGE);
+  }
+  template <class R, class QI, class QO, class KI, class KO, class P, class T = rotator_value_t<R>,
+            std::enable_if_t<is_eigen_v<QI> && is_eigen_v<KI> && !is_eigen_v<P> &&
+                                 (unreadable_rows_v<QI, T> || unwritable_rows_v<QO, T> ||
+                                  unreadable_rows_v<KI, T> || unwritable_rows_v<KO, T>),
+                             int> = 0>
+  void operator()(const R&, QI&&, QO&&, KI&&, KO&&, const P&, std::int64_t, std::int64_t,
+                  const ApplyOptions& = {}) const {
+    static_assert(dependent_false_v<QI>, ROTARY_DETAIL_ROWS_MISUSE_MESSAGE);
+  }
+};
 
-// ---- compiled once (optional) ----------------------------------------------------------------------
-// A Rope's call paths for each storage type (drivers, checks, row sources), listed like the kernels
-// (registry.hpp): KW is `extern template` under ROTARY_SEPARATE_KERNELS, `template` in the one TU that
-// includes <rotary/instantiate_kernels.hpp>. A TU with a few calls then compiles only the thin entry
-// points above (docs/compile-time.md).
-// NOLINTBEGIN(bugprone-macro-parentheses): T is a type, KW a keyword
-#define ROTARY_DETAIL_ROPE_PATHS(KW, T)                                                                     \
-  KW class Rope<T>;                                                                                         \
-  KW void detail::rotate<Rope<T>, T>(bool, const Rope<T>&, const detail::StreamArgs<T>&,                   \
-                                     const detail::StreamArgs<T>&, std::int64_t, const Positions&, Direction, \
-                                     const ParallelFor&);                                                    \
-  KW void detail::strided<Rope<T>, T>(bool, const Rope<T>&, const T*, const StridedLayout&, T*,             \
-                                      const StridedLayout&, const Positions&, Direction, const ParallelFor&); \
-  KW void detail::strided_qk<Rope<T>, T>(bool, const Rope<T>&, const T*, const StridedLayout&, T*,          \
-                                         const StridedLayout&, const T*, const StridedLayout&, T*,           \
-                                         const StridedLayout&, const Positions&, Direction, const ParallelFor&); \
-  KW void detail::rows<Rope<T>, T>(bool, const Rope<T>&, const ConstRowsRef<T>&, RowsRef<T>&, bool,         \
-                                   const Positions&, std::int64_t, Direction, const ParallelFor&);          \
-  KW void detail::rows_qk<Rope<T>, T>(bool, const Rope<T>&, const ConstRowsRef<T>*, RowsRef<T>&,            \
-                                      const ConstRowsRef<T>*, RowsRef<T>&, const Positions&, std::int64_t,  \
-                                      std::int64_t, Direction, const ParallelFor&);
-#define ROTARY_DETAIL_API_INSTANCES(KW)          \
-  KW class CosSinCache<float>;                   \
-  KW class CosSinCache<double>;                  \
-  ROTARY_DETAIL_ROPE_PATHS(KW, float)            \
-  ROTARY_DETAIL_ROPE_PATHS(KW, double)           \
-  ROTARY_DETAIL_ROPE_PATHS(KW, ::rotary::f16)    \
-  ROTARY_DETAIL_ROPE_PATHS(KW, ::rotary::bf16)
-// NOLINTEND(bugprone-macro-parentheses)
+template <bool Checked>
+struct ApplyStrided {
+  template <class R, class T = rotator_value_t<R>, class P = rotator_positions_t<R>>
+  void operator()(const R& r, identity_t<T>* x, const StridedLayout& layout, const P& positions,
+                  const ApplyOptions& o = {}) const {
+    strided<R, T>(Checked, r, x, layout, x, layout, positions, o.direction, o.parallel);
+  }
+  template <class R, class T = rotator_value_t<R>, class P = rotator_positions_t<R>>
+  void operator()(const R& r, const identity_t<T>* in, const StridedLayout& in_layout, identity_t<T>* out,
+                  const StridedLayout& out_layout, const P& positions, const ApplyOptions& o = {}) const {
+    strided<R, T>(Checked, r, in, in_layout, out, out_layout, positions, o.direction, o.parallel);
+  }
+};
 
-#if ROTARY_DETAIL_DECLARE_KERNELS_ONLY
-ROTARY_DETAIL_API_INSTANCES(extern template)
-#endif
+// k_layout.heads == 0: no key (the k pointers are ignored); negative is refused.
+template <bool Checked>
+struct ApplyQkStrided {
+  template <class R, class T = rotator_value_t<R>, class P = rotator_positions_t<R>>
+  void operator()(const R& r, identity_t<T>* q, const StridedLayout& q_layout, identity_t<T>* k,
+                  const StridedLayout& k_layout, const P& positions, const ApplyOptions& o = {}) const {
+    strided_qk<R, T>(Checked, r, q, q_layout, q, q_layout, k, k_layout, k, k_layout, positions, o.direction,
+                     o.parallel);
+  }
+  template <class R, class T = rotator_value_t<R>, class P = rotator_positions_t<R>>
+  void operator()(const R& r, const identity_t<T>* q_in, const StridedLayout& q_in_layout, identity_t<T>* q_out,
+                  const StridedLayout& q_out_layout, const identity_t<T>* k_in, const StridedLayout& k_in_layout,
+                  identity_t<T>* k_out, const StridedLayout& k_out_layout, const P& positions,
+                  const ApplyOptions& o = {}) const {
+    strided_qk<R, T>(Checked, r, q_in, q_in_layout, q_out, q_out_layout, k_in, k_in_layout, k_out, k_out_layout,
+                     positions, o.direction, o.parallel);
+  }
+};
+
+template <bool Checked>
+struct ApplyBatch {
+  template <class R, class T = rotator_value_t<R>>
+  void operator()(const R& r, const BatchView<identity_t<T>>& x, const batch_positions_t<R>& positions,
+                  const ApplyOptions& o = {}) const {
+    batch_qk<R, T>(Checked, r, x, x, {}, {}, positions, o.direction, o.parallel);
+  }
+  template <class R, class T = rotator_value_t<R>>
+  void operator()(const R& r, const BatchView<const identity_t<T>>& in, const BatchView<identity_t<T>>& out,
+                  const batch_positions_t<R>& positions, const ApplyOptions& o = {}) const {
+    batch_qk<R, T>(Checked, r, in, out, {}, {}, positions, o.direction, o.parallel);
+  }
+  // A dense tensor of `layout`, in place.
+  template <class R, class T = rotator_value_t<R>>
+  void operator()(const R& r, Layout layout, identity_t<T>* x, const BatchShape& shape,
+                  const batch_positions_t<R>& positions, const ApplyOptions& o = {}) const {
+    (*this)(r, BatchView<T>(x, layout, shape), positions, o);
+  }
+  // A row-major rank-4 Eigen::TensorMap whose dimensions follow `layout`, in place.
+  template <class R, class X, class T = rotator_value_t<R>, std::enable_if_t<is_tensor_v<X, T, 4>, int> = 0>
+  void operator()(const R& r, Layout layout, X&& x, const batch_positions_t<R>& positions,
+                  const ApplyOptions& o = {}) const {
+    (*this)(r, BatchView<T>(x.data(), layout, tensor_shape(layout, x.dimensions())), positions, o);
+  }
+};
+
+// Fused q+k: q and k share batch and seq, each with its own heads (GQA/MQA). k.shape.heads == 0: no key.
+template <bool Checked>
+struct ApplyQkBatch {
+  template <class R, class T = rotator_value_t<R>>
+  void operator()(const R& r, const BatchView<identity_t<T>>& q, const BatchView<identity_t<T>>& k,
+                  const batch_positions_t<R>& positions, const ApplyOptions& o = {}) const {
+    batch_qk<R, T>(Checked, r, q, q, k, k, positions, o.direction, o.parallel);
+  }
+  template <class R, class T = rotator_value_t<R>>
+  void operator()(const R& r, const BatchView<const identity_t<T>>& q_in, const BatchView<identity_t<T>>& q_out,
+                  const BatchView<const identity_t<T>>& k_in, const BatchView<identity_t<T>>& k_out,
+                  const batch_positions_t<R>& positions, const ApplyOptions& o = {}) const {
+    batch_qk<R, T>(Checked, r, q_in, q_out, k_in, k_out, positions, o.direction, o.parallel);
+  }
+  // Dense q (q_shape) and k (same batch, seq and head_dim; k_heads heads, 0: no key), in place.
+  template <class R, class T = rotator_value_t<R>>
+  void operator()(const R& r, Layout layout, identity_t<T>* q, const BatchShape& q_shape, identity_t<T>* k,
+                  std::int64_t k_heads, const batch_positions_t<R>& positions, const ApplyOptions& o = {}) const {
+    const BatchView<T> qv(q, layout, q_shape);
+    BatchView<T> kv;
+    if (k_heads != 0) kv = BatchView<T>(k, layout, BatchShape{q_shape.batch, q_shape.seq, k_heads, q_shape.head_dim});
+    (*this)(r, qv, kv, positions, o);
+  }
+  // Row-major rank-4 Eigen::TensorMaps, in place; k may be empty (no key).
+  template <class R, class Q, class K, class T = rotator_value_t<R>,
+            std::enable_if_t<is_tensor_v<Q, T, 4> && is_tensor_v<K, T, 4>, int> = 0>
+  void operator()(const R& r, Layout layout, Q&& q, K&& k, const batch_positions_t<R>& positions,
+                  const ApplyOptions& o = {}) const {
+    const BatchView<T> qv(q.data(), layout, tensor_shape(layout, q.dimensions()));
+    BatchView<T> kv;
+    if (k.size() != 0) kv = BatchView<T>(k.data(), layout, tensor_shape(layout, k.dimensions()));
+    (*this)(r, qv, kv, positions, o);
+  }
+};
+
+// Packed THD: layout.tokens = cu_seqlens[batch]; sequence b is tokens [cu_seqlens[b], cu_seqlens[b+1]).
+template <bool Checked>
+struct ApplyVarlen {
+  template <class R, class T = rotator_value_t<R>>
+  void operator()(const R& r, identity_t<T>* x, const StridedLayout& layout, const CuSeqlens& cu_seqlens,
+                  const batch_positions_t<R>& positions, const ApplyOptions& o = {}) const {
+    varlen_qk<R, T>(Checked, r, x, layout, x, layout, nullptr, StridedLayout{}, nullptr, StridedLayout{}, cu_seqlens,
+                    positions, o.direction, o.parallel);
+  }
+  template <class R, class T = rotator_value_t<R>>
+  void operator()(const R& r, const identity_t<T>* in, const StridedLayout& in_layout, identity_t<T>* out,
+                  const StridedLayout& out_layout, const CuSeqlens& cu_seqlens, const batch_positions_t<R>& positions,
+                  const ApplyOptions& o = {}) const {
+    varlen_qk<R, T>(Checked, r, in, in_layout, out, out_layout, nullptr, StridedLayout{}, nullptr, StridedLayout{},
+                    cu_seqlens, positions, o.direction, o.parallel);
+  }
+  // A row-major rank-3 Eigen::TensorMap (total_tokens, heads, head_dim), in place.
+  template <class R, class X, class T = rotator_value_t<R>, std::enable_if_t<is_tensor_v<X, T, 3>, int> = 0>
+  void operator()(const R& r, X&& x, const CuSeqlens& cu_seqlens, const batch_positions_t<R>& positions,
+                  const ApplyOptions& o = {}) const {
+    if (x.dimension(2) != r.head_dim())
+      throw error(concat("thd tensor head_dim (", x.dimension(2), ") != rope head_dim (", r.head_dim(), ")"));
+    const StridedLayout l{x.dimension(0), x.dimension(1), x.dimension(1) * x.dimension(2), x.dimension(2)};
+    (*this)(r, x.data(), l, cu_seqlens, positions, o);
+  }
+};
+
+// Fused q+k; k_layout.heads == 0: no key.
+template <bool Checked>
+struct ApplyQkVarlen {
+  template <class R, class T = rotator_value_t<R>>
+  void operator()(const R& r, identity_t<T>* q, const StridedLayout& q_layout, identity_t<T>* k,
+                  const StridedLayout& k_layout, const CuSeqlens& cu_seqlens, const batch_positions_t<R>& positions,
+                  const ApplyOptions& o = {}) const {
+    varlen_qk<R, T>(Checked, r, q, q_layout, q, q_layout, k, k_layout, k, k_layout, cu_seqlens, positions,
+                    o.direction, o.parallel);
+  }
+  template <class R, class T = rotator_value_t<R>>
+  void operator()(const R& r, const identity_t<T>* q_in, const StridedLayout& q_in_layout, identity_t<T>* q_out,
+                  const StridedLayout& q_out_layout, const identity_t<T>* k_in, const StridedLayout& k_in_layout,
+                  identity_t<T>* k_out, const StridedLayout& k_out_layout, const CuSeqlens& cu_seqlens,
+                  const batch_positions_t<R>& positions, const ApplyOptions& o = {}) const {
+    varlen_qk<R, T>(Checked, r, q_in, q_in_layout, q_out, q_out_layout, k_in, k_in_layout, k_out, k_out_layout,
+                    cu_seqlens, positions, o.direction, o.parallel);
+  }
+};
+
+}  // namespace detail
+
+// ---- the grid ------------------------------------------------------------------------------------------
+inline constexpr detail::ApplyRows<true> apply{};
+inline constexpr detail::ApplyStrided<true> apply_strided{};
+inline constexpr detail::ApplyQkRows<true> apply_qk{};
+inline constexpr detail::ApplyQkStrided<true> apply_qk_strided{};
+inline constexpr detail::ApplyBatch<true> apply_batch{};
+inline constexpr detail::ApplyQkBatch<true> apply_qk_batch{};
+inline constexpr detail::ApplyVarlen<true> apply_varlen{};
+inline constexpr detail::ApplyQkVarlen<true> apply_qk_varlen{};
+
+namespace unchecked {
+inline constexpr detail::ApplyRows<false> apply{};
+inline constexpr detail::ApplyStrided<false> apply_strided{};
+inline constexpr detail::ApplyQkRows<false> apply_qk{};
+inline constexpr detail::ApplyQkStrided<false> apply_qk_strided{};
+inline constexpr detail::ApplyBatch<false> apply_batch{};
+inline constexpr detail::ApplyQkBatch<false> apply_qk_batch{};
+inline constexpr detail::ApplyVarlen<false> apply_varlen{};
+inline constexpr detail::ApplyQkVarlen<false> apply_qk_varlen{};
+}  // namespace unchecked
 
 }  // namespace rotary
 

@@ -221,7 +221,7 @@ template <class T>
 void input_gradient(const Rope<T>& rope, detail::identity_t<ConstRowsRef<T>> dy,
                     detail::identity_t<RowsRef<T>> dx, const Positions& positions, std::int64_t heads,
                     Direction forward_dir = Direction::forward, const ParallelFor& parallel = {}) {
-  apply(rope, dy, dx, positions, heads, opposite(forward_dir), parallel);
+  apply(rope, dy, dx, positions, heads, {opposite(forward_dir), parallel});
 }
 
 // In place: g holds dL/dy on entry and dL/dx on return.
@@ -229,7 +229,7 @@ template <class T>
 void input_gradient(const Rope<T>& rope, detail::identity_t<RowsRef<T>> g, const Positions& positions,
                     std::int64_t heads, Direction forward_dir = Direction::forward,
                     const ParallelFor& parallel = {}) {
-  apply(rope, g, positions, heads, opposite(forward_dir), parallel);
+  apply(rope, g, positions, heads, {opposite(forward_dir), parallel});
 }
 
 // ---- attention scores -------------------------------------------------------------------------

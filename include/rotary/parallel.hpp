@@ -79,8 +79,8 @@ inline void spin_pause() noexcept {
 // min(threads, n) nearly equal ranges (split_bound) and runs them on the caller and the workers.
 // Use it as the ParallelFor of any entry point, either way:
 //   rotary::ThreadPool pool(4);
-//   rotary::apply(rope, x, positions, heads, rotary::Direction::forward, pool.parallel_for());
-//   rotary::apply(rope, x, positions, heads, rotary::Direction::forward, std::ref(pool));
+//   rotary::apply(rope, x, positions, heads, {rotary::Direction::forward, pool.parallel_for()});
+//   rotary::apply(rope, x, positions, heads, {rotary::Direction::forward, std::ref(pool)});
 // The pool must outlive every ParallelFor made from it.
 //
 // Idle workers spin for up to kSpin after each job (back-to-back calls, a model's layers, find them

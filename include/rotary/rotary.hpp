@@ -12,13 +12,15 @@
 #include "dtype.hpp"       // IWYU pragma: export
 #include "parallel.hpp"    // IWYU pragma: export
 #include "dispatch.hpp"    // IWYU pragma: export
+#include "rotator.hpp"     // IWYU pragma: export
+#include "shape.hpp"       // IWYU pragma: export
+#include "sequence_positions.hpp" // IWYU pragma: export
 #include "apply.hpp"       // IWYU pragma: export
 #include "table.hpp"       // IWYU pragma: export
 #include "reference.hpp"   // IWYU pragma: export
 #include "hf_config.hpp"   // IWYU pragma: export
 #include "scaling.hpp"     // IWYU pragma: export
 #include "rerotate.hpp"    // IWYU pragma: export
-#include "layouts.hpp"     // IWYU pragma: export
 #include "convert_weights.hpp" // IWYU pragma: export
 #include "gradients.hpp"   // IWYU pragma: export
 #include "analysis.hpp"    // IWYU pragma: export

@@ -47,20 +47,17 @@
 //
 // Directions. Direction::inverse undoes the forward map exactly: un-scale and un-rotate, i.e.
 // (D R)^-1 = R^T D^-1. The backward pass of a forward map is its adjoint (D R)^T = R^T D, which is the
-// *other* role's inverse: the gradient of apply_q is apply_k(..., Direction::inverse) with the same
-// positions and centre, and vice versa.
+// *other* role's inverse: the gradient of the query rotation is the key rotation's inverse
+// (apply(xpos.keys(c), ..., Direction::inverse)) with the same positions and centre, and vice versa.
 //
 // Entry points: xpos.queries(center) and xpos.keys(center) are rotators, taken by every entry point of
-// apply.hpp and layouts.hpp (batches, varlen, TensorMaps included); and, as members of XPos<T>:
-//   apply_q(x | in, out, positions, heads[, center, dir, parallel])            queries
-//   apply_k(x | in, out, positions, heads[, center, dir, parallel])            keys
-//   apply_qk(q, k | q_in, q_out, k_in, k_out, positions, q_heads, k_heads[, center, dir, parallel])
-//                                       fused (MHA, GQA, MQA; k_heads == 0: no key)
-//   apply_q_strided / apply_k_strided / apply_qk_strided                      raw pointers + StridedLayout
+// apply.hpp, checked and unchecked (batches, varlen, TensorMaps included):
+//   rotary::apply(xpos.queries(c), x, positions, heads)             queries
+//   rotary::apply(xpos.keys(c), in, out, positions, heads)          keys, out of place
+//   rotary::apply_qk(xpos.queries(c), q, k, positions, q_heads, k_heads)   fused: k heads take the key role
 // Checked: everything apply() checks, plus the centre (finite, |c| <= 2^62) and the factor range above
-// (O(1) for contiguous positions, O(tokens) for arrays). Unchecked: the *_unchecked variants skip all
-// of it (ROTARY_ASSERT in debug builds); bad input, including an overflowing factor, is undefined
-// behaviour there.
+// (O(1) for contiguous positions, O(tokens) for arrays). Unchecked (rotary::unchecked::): none of it
+// (ROTARY_ASSERT in debug builds); bad input, including an overflowing factor, is undefined behaviour.
 #ifndef ROTARY_XPOS_HPP
 #define ROTARY_XPOS_HPP
 
@@ -189,159 +186,6 @@ class XPos {
   // apply_varlen, ...; checked and unchecked). In fused q+k calls the key heads take the key role.
   XPosView<T> queries(double center = 0.0) const noexcept { return XPosView<T>(*this, true, center); }
   XPosView<T> keys(double center = 0.0) const noexcept { return XPosView<T>(*this, false, center); }
-
-  // ---- Eigen rows: (tokens * heads) x head_dim, row-major, outer stride allowed -------------------
-  // Rows that cannot bind (column-major, another element type, const rows written) stop the build
-  // with apply()'s message (the overloads below the macro), not with Eigen's conversion errors.
-#define ROTARY_DETAIL_XPOS_ROWS_MISUSE(name)                                                               \
-  template <class X, std::enable_if_t<detail::unwritable_rows_v<X, T>, int> = 0>                          \
-  void name(X&&, const Positions&, std::int64_t, double = 0.0, Direction = Direction::forward,             \
-            const ParallelFor& = {}) const {                                                               \
-    static_assert(detail::dependent_false_v<X>, ROTARY_DETAIL_ROWS_MISUSE_MESSAGE);                        \
-  }                                                                                                        \
-  template <class In, class Out,                                                                           \
-            std::enable_if_t<detail::is_eigen_v<In> &&                                                     \
-                                 (detail::unreadable_rows_v<In, T> || detail::unwritable_rows_v<Out, T>),  \
-                             int> = 0>                                                                     \
-  void name(In&&, Out&&, const Positions&, std::int64_t, double = 0.0, Direction = Direction::forward,     \
-            const ParallelFor& = {}) const {                                                               \
-    static_assert(detail::dependent_false_v<In>, ROTARY_DETAIL_ROWS_MISUSE_MESSAGE);                       \
-  }
-#define ROTARY_DETAIL_XPOS_QK_ROWS_MISUSE(name)                                                            \
-  template <class Q, class K,                                                                              \
-            std::enable_if_t<detail::is_eigen_v<Q> && detail::is_eigen_v<K> &&                             \
-                                 (detail::unwritable_rows_v<Q, T> || detail::unwritable_rows_v<K, T>),     \
-                             int> = 0>                                                                     \
-  void name(Q&&, K&&, const Positions&, std::int64_t, std::int64_t, double = 0.0,                          \
-            Direction = Direction::forward, const ParallelFor& = {}) const {                               \
-    static_assert(detail::dependent_false_v<Q>, ROTARY_DETAIL_ROWS_MISUSE_MESSAGE);                        \
-  }                                                                                                        \
-  template <class QI, class QO, class KI, class KO,                                                        \
-            std::enable_if_t<detail::is_eigen_v<QI> && detail::is_eigen_v<KI> &&                          \
-                                 (detail::unreadable_rows_v<QI, T> || detail::unwritable_rows_v<QO, T> ||  \
-                                  detail::unreadable_rows_v<KI, T> || detail::unwritable_rows_v<KO, T>),   \
-                             int> = 0>                                                                     \
-  void name(QI&&, QO&&, KI&&, KO&&, const Positions&, std::int64_t, std::int64_t, double = 0.0,            \
-            Direction = Direction::forward, const ParallelFor& = {}) const {                               \
-    static_assert(detail::dependent_false_v<QI>, ROTARY_DETAIL_ROWS_MISUSE_MESSAGE);                       \
-  }
-  ROTARY_DETAIL_XPOS_ROWS_MISUSE(apply_q)
-  ROTARY_DETAIL_XPOS_ROWS_MISUSE(apply_k)
-  ROTARY_DETAIL_XPOS_ROWS_MISUSE(apply_q_unchecked)
-  ROTARY_DETAIL_XPOS_ROWS_MISUSE(apply_k_unchecked)
-  ROTARY_DETAIL_XPOS_QK_ROWS_MISUSE(apply_qk)
-  ROTARY_DETAIL_XPOS_QK_ROWS_MISUSE(apply_qk_unchecked)
-#undef ROTARY_DETAIL_XPOS_QK_ROWS_MISUSE
-#undef ROTARY_DETAIL_XPOS_ROWS_MISUSE
-
-  void apply_q(RowsRef<T> x, const Positions& positions, std::int64_t heads, double center = 0.0,
-               Direction dir = Direction::forward, const ParallelFor& parallel = {}) const {
-    rotary::apply(queries(center), x, positions, heads, dir, parallel);
-  }
-  void apply_q(ConstRowsRef<T> in, RowsRef<T> out, const Positions& positions, std::int64_t heads,
-               double center = 0.0, Direction dir = Direction::forward,
-               const ParallelFor& parallel = {}) const {
-    rotary::apply(queries(center), in, out, positions, heads, dir, parallel);
-  }
-  void apply_k(RowsRef<T> x, const Positions& positions, std::int64_t heads, double center = 0.0,
-               Direction dir = Direction::forward, const ParallelFor& parallel = {}) const {
-    rotary::apply(keys(center), x, positions, heads, dir, parallel);
-  }
-  void apply_k(ConstRowsRef<T> in, RowsRef<T> out, const Positions& positions, std::int64_t heads,
-               double center = 0.0, Direction dir = Direction::forward,
-               const ParallelFor& parallel = {}) const {
-    rotary::apply(keys(center), in, out, positions, heads, dir, parallel);
-  }
-
-  // Fused q+k in place: q is (tokens*q_heads) x head_dim, k is (tokens*k_heads) x head_dim; each
-  // token's rotation and factors are computed once for both. k_heads == 0: no key.
-  void apply_qk(RowsRef<T> q, RowsRef<T> k, const Positions& positions, std::int64_t q_heads,
-                std::int64_t k_heads, double center = 0.0, Direction dir = Direction::forward,
-                const ParallelFor& parallel = {}) const {
-    rotary::apply_qk(queries(center), q, k, positions, q_heads, k_heads, dir, parallel);
-  }
-  void apply_qk(ConstRowsRef<T> q_in, RowsRef<T> q_out, ConstRowsRef<T> k_in, RowsRef<T> k_out,
-                const Positions& positions, std::int64_t q_heads, std::int64_t k_heads, double center = 0.0,
-                Direction dir = Direction::forward, const ParallelFor& parallel = {}) const {
-    rotary::apply_qk(queries(center), q_in, q_out, k_in, k_out, positions, q_heads, k_heads, dir, parallel);
-  }
-
-  // ---- raw pointers + strides ---------------------------------------------------------------------
-
-  void apply_q_strided(const T* in, const StridedLayout& in_layout, T* out, const StridedLayout& out_layout,
-                       const Positions& positions, double center = 0.0, Direction dir = Direction::forward,
-                       const ParallelFor& parallel = {}) const {
-    rotary::apply_strided(queries(center), in, in_layout, out, out_layout, positions, dir, parallel);
-  }
-  void apply_q_strided(T* x, const StridedLayout& layout, const Positions& positions, double center = 0.0,
-                       Direction dir = Direction::forward, const ParallelFor& parallel = {}) const {
-    rotary::apply_strided(queries(center), x, layout, positions, dir, parallel);
-  }
-  void apply_k_strided(const T* in, const StridedLayout& in_layout, T* out, const StridedLayout& out_layout,
-                       const Positions& positions, double center = 0.0, Direction dir = Direction::forward,
-                       const ParallelFor& parallel = {}) const {
-    rotary::apply_strided(keys(center), in, in_layout, out, out_layout, positions, dir, parallel);
-  }
-  void apply_k_strided(T* x, const StridedLayout& layout, const Positions& positions, double center = 0.0,
-                       Direction dir = Direction::forward, const ParallelFor& parallel = {}) const {
-    rotary::apply_strided(keys(center), x, layout, positions, dir, parallel);
-  }
-  // k_in_layout.heads == 0: no key (k pointers ignored).
-  void apply_qk_strided(const T* q_in, const StridedLayout& q_in_layout, T* q_out,
-                        const StridedLayout& q_out_layout, const T* k_in, const StridedLayout& k_in_layout,
-                        T* k_out, const StridedLayout& k_out_layout, const Positions& positions,
-                        double center = 0.0, Direction dir = Direction::forward,
-                        const ParallelFor& parallel = {}) const {
-    rotary::apply_qk_strided(queries(center), q_in, q_in_layout, q_out, q_out_layout, k_in, k_in_layout, k_out,
-                             k_out_layout, positions, dir, parallel);
-  }
-
-  // ---- unchecked: no validation in release builds (ROTARY_ASSERT in debug) -----------------------
-
-  void apply_q_unchecked(RowsRef<T> x, const Positions& positions, std::int64_t heads, double center = 0.0,
-                         Direction dir = Direction::forward, const ParallelFor& parallel = {}) const {
-    rotary::apply_unchecked(queries(center), x, positions, heads, dir, parallel);
-  }
-  void apply_q_unchecked(ConstRowsRef<T> in, RowsRef<T> out, const Positions& positions, std::int64_t heads,
-                         double center = 0.0, Direction dir = Direction::forward,
-                         const ParallelFor& parallel = {}) const {
-    rotary::apply_unchecked(queries(center), in, out, positions, heads, dir, parallel);
-  }
-  void apply_k_unchecked(RowsRef<T> x, const Positions& positions, std::int64_t heads, double center = 0.0,
-                         Direction dir = Direction::forward, const ParallelFor& parallel = {}) const {
-    rotary::apply_unchecked(keys(center), x, positions, heads, dir, parallel);
-  }
-  void apply_k_unchecked(ConstRowsRef<T> in, RowsRef<T> out, const Positions& positions, std::int64_t heads,
-                         double center = 0.0, Direction dir = Direction::forward,
-                         const ParallelFor& parallel = {}) const {
-    rotary::apply_unchecked(keys(center), in, out, positions, heads, dir, parallel);
-  }
-  void apply_qk_unchecked(RowsRef<T> q, RowsRef<T> k, const Positions& positions, std::int64_t q_heads,
-                          std::int64_t k_heads, double center = 0.0, Direction dir = Direction::forward,
-                          const ParallelFor& parallel = {}) const {
-    rotary::apply_qk_unchecked(queries(center), q, k, positions, q_heads, k_heads, dir, parallel);
-  }
-  void apply_q_strided_unchecked(const T* in, const StridedLayout& in_layout, T* out,
-                                 const StridedLayout& out_layout, const Positions& positions,
-                                 double center = 0.0, Direction dir = Direction::forward,
-                                 const ParallelFor& parallel = {}) const {
-    rotary::apply_strided_unchecked(queries(center), in, in_layout, out, out_layout, positions, dir, parallel);
-  }
-  void apply_k_strided_unchecked(const T* in, const StridedLayout& in_layout, T* out,
-                                 const StridedLayout& out_layout, const Positions& positions,
-                                 double center = 0.0, Direction dir = Direction::forward,
-                                 const ParallelFor& parallel = {}) const {
-    rotary::apply_strided_unchecked(keys(center), in, in_layout, out, out_layout, positions, dir, parallel);
-  }
-  void apply_qk_strided_unchecked(const T* q_in, const StridedLayout& q_in_layout, T* q_out,
-                                  const StridedLayout& q_out_layout, const T* k_in,
-                                  const StridedLayout& k_in_layout, T* k_out,
-                                  const StridedLayout& k_out_layout, const Positions& positions,
-                                  double center = 0.0, Direction dir = Direction::forward,
-                                  const ParallelFor& parallel = {}) const {
-    rotary::apply_qk_strided_unchecked(queries(center), q_in, q_in_layout, q_out, q_out_layout, k_in,
-                                       k_in_layout, k_out, k_out_layout, positions, dir, parallel);
-  }
 
  private:
   using C = compute_type;

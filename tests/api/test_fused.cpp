@@ -142,7 +142,7 @@ TEST(Parallel, ThreadedEqualsSerialAndCoversEveryToken) {
   rotary::RowMatrix<float> serial = x;
   rotary::RowMatrix<float> threaded = x;
   rotary::apply(rope, serial, Positions::contiguous(3), 8);
-  rotary::apply(rope, threaded, Positions::contiguous(3), 8, Direction::forward, rotary::thread_parallel_for(3));
+  rotary::apply(rope, threaded, Positions::contiguous(3), 8, {Direction::forward, rotary::thread_parallel_for(3)});
   EXPECT_TRUE(same_bits(serial, threaded));
 
   // A counting executor: every token exactly once, over disjoint chunks.
@@ -157,13 +157,13 @@ TEST(Parallel, ThreadedEqualsSerialAndCoversEveryToken) {
     }
   };
   rotary::RowMatrix<float> chunked = x;
-  rotary::apply(rope, chunked, Positions::contiguous(3), 8, Direction::forward, counting);
+  rotary::apply(rope, chunked, Positions::contiguous(3), 8, {Direction::forward, counting});
   EXPECT_TRUE(same_bits(serial, chunked));
   EXPECT_EQ(covered.load(), 1000);
   EXPECT_EQ(chunks.load(), 11);
 #if defined(_OPENMP)
   rotary::RowMatrix<float> omp = x;
-  rotary::apply(rope, omp, Positions::contiguous(3), 8, Direction::forward, rotary::openmp_parallel_for());
+  rotary::apply(rope, omp, Positions::contiguous(3), 8, {Direction::forward, rotary::openmp_parallel_for()});
   EXPECT_TRUE(same_bits(serial, omp));
 #endif
 }

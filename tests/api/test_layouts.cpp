@@ -217,8 +217,7 @@ void check_qk_for_type() {
       const std::vector<T> q_want = reference(rope, q, qs, rotary::dense_strides(layout, qs), expected, Direction::forward);
       const std::vector<T> k_want =
           kh > 0 ? reference(rope, k, ks, rotary::dense_strides(layout, ks), expected, Direction::forward) : k;
-      rotary::apply_qk_batch(rope, layout, q.data(), qs, k.data(), kh, pos, Direction::forward,
-                             rotary::thread_parallel_for(2));
+      rotary::apply_qk_batch(rope, layout, q.data(), qs, k.data(), kh, pos, {Direction::forward, rotary::thread_parallel_for(2)});
       EXPECT_TRUE(same_bits(q, q_want)) << rotary::to_string(layout);
       EXPECT_TRUE(same_bits(k, k_want)) << rotary::to_string(layout);
     }
@@ -264,7 +263,7 @@ void check_varlen_for_type() {
         EXPECT_TRUE(same_bits(q_got, q_want));
         EXPECT_TRUE(same_bits(k_got, k_want));
         std::vector<T> q1 = q;
-        rotary::apply_varlen(rope, q1.data(), ql, cu64, mode.pos, dir, rotary::thread_parallel_for(2));
+        rotary::apply_varlen(rope, q1.data(), ql, cu64, mode.pos, {dir, rotary::thread_parallel_for(2)});
         EXPECT_TRUE(same_bits(q1, q_want));
         std::vector<T> q2 = q;  // out of place, key absent
         rotary::apply_qk_varlen(rope, q.data(), ql, q2.data(), ql, static_cast<const T*>(nullptr), StridedLayout{},
@@ -388,7 +387,7 @@ TEST(Layouts, ParallelForEqualsSerial) {
     std::vector<float> threaded = x;
     const SequencePositions pos = SequencePositions::starts({0, 7, 1000, 3});
     rotary::apply_batch(rope, layout, serial.data(), sh, pos);
-    rotary::apply_batch(rope, layout, threaded.data(), sh, pos, Direction::forward, rotary::thread_parallel_for(3));
+    rotary::apply_batch(rope, layout, threaded.data(), sh, pos, {Direction::forward, rotary::thread_parallel_for(3)});
     EXPECT_TRUE(same_bits(serial, threaded)) << rotary::to_string(layout);
   }
 }
@@ -408,15 +407,14 @@ TEST(Layouts, OnTheFlyAndUnchecked) {
     const BatchStrides st = rotary::dense_strides(layout, sh);
     const std::vector<float> want = reference(rope, x, sh, st, expected, Direction::forward);
     std::vector<float> got = x;
-    rotary::apply_batch(rope, layout, got.data(), sh, SequencePositions::starts(starts), Direction::forward,
-                        rotary::thread_parallel_for(2));
+    rotary::apply_batch(rope, layout, got.data(), sh, SequencePositions::starts(starts), {Direction::forward, rotary::thread_parallel_for(2)});
     EXPECT_TRUE(same_bits(got, want)) << rotary::to_string(layout);
     std::vector<float> out(x.size());
-    rotary::apply_batch_unchecked(rope, BatchView<const float>(x.data(), sh, st), BatchView<float>(out.data(), sh, st),
+    rotary::unchecked::apply_batch(rope, BatchView<const float>(x.data(), sh, st), BatchView<float>(out.data(), sh, st),
                                   SequencePositions::starts(starts));
     EXPECT_TRUE(same_bits(out, want)) << rotary::to_string(layout);
     std::vector<float> q = x;
-    rotary::apply_qk_batch_unchecked(rope, BatchView<const float>(x.data(), sh, st), BatchView<float>(q.data(), sh, st),
+    rotary::unchecked::apply_qk_batch(rope, BatchView<const float>(x.data(), sh, st), BatchView<float>(q.data(), sh, st),
                                      BatchView<const float>(), BatchView<float>(), SequencePositions::starts(starts));
     EXPECT_TRUE(same_bits(q, want)) << rotary::to_string(layout);
   }

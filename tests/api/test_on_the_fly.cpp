@@ -67,7 +67,7 @@ void compare_modes(Pairing pairing, const Positions& pos, std::int64_t tokens) {
   rotary::RowMatrix<T> b(x.rows(), 96);
   const rotary_test::SplitAlways always_split;  // small threaded calls: split them anyway
   rotary::apply(cached, x, a, pos, 4);
-  rotary::apply(fly, x, b, pos, 4, rotary::Direction::forward, rotary::thread_parallel_for(2));
+  rotary::apply(fly, x, b, pos, 4, {rotary::Direction::forward, rotary::thread_parallel_for(2)});
   double worst = 0.0;
   for (Eigen::Index i = 0; i < a.size(); ++i) {
     const double da = static_cast<double>(a.data()[i]);
@@ -186,8 +186,8 @@ TEST(OnTheFly, ThreadSplitDoesNotChangeBits) {
     for (const unsigned threads : {2u, 3u, 7u}) {
       rotary::RowMatrix<double> split(x.rows(), 64);
       rotary::RowMatrix<float> split32(x.rows(), 64);
-      rotary::apply(fly64, x, split, pos, 2, rotary::Direction::forward, rotary::thread_parallel_for(threads));
-      rotary::apply(fly32, xf, split32, pos, 2, rotary::Direction::forward, rotary::thread_parallel_for(threads));
+      rotary::apply(fly64, x, split, pos, 2, {rotary::Direction::forward, rotary::thread_parallel_for(threads)});
+      rotary::apply(fly32, xf, split32, pos, 2, {rotary::Direction::forward, rotary::thread_parallel_for(threads)});
       EXPECT_EQ(0, std::memcmp(serial.data(), split.data(), sizeof(double) * static_cast<std::size_t>(x.size())))
           << threads << " threads (f64)";
       EXPECT_EQ(0, std::memcmp(serial32.data(), split32.data(), sizeof(float) * static_cast<std::size_t>(x.size())))

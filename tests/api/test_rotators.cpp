@@ -123,12 +123,11 @@ void check_batches(const R& r, const KR& kr, const Pos& pos, std::mt19937_64& rn
 
       std::vector<T> q_out(q.size());
       const rotary::BatchView<const T> in(q.data(), layout, qs);
-      rotary::apply_batch(r, in, rotary::BatchView<T>(q_out.data(), layout, qs), all, dir,
-                          rotary::thread_parallel_for(2));
+      rotary::apply_batch(r, in, rotary::BatchView<T>(q_out.data(), layout, qs), all, {dir, rotary::thread_parallel_for(2)});
       EXPECT_TRUE(same_bits(q_out, q_want)) << "apply_batch out of place, 2 threads";
 
       std::vector<T> q_un(q.size());
-      rotary::apply_batch_unchecked(r, in, rotary::BatchView<T>(q_un.data(), layout, qs), all, dir);
+      rotary::unchecked::apply_batch(r, in, rotary::BatchView<T>(q_un.data(), layout, qs), all, dir);
       EXPECT_TRUE(same_bits(q_un, q_want)) << "apply_batch_unchecked";
 
       std::vector<T> q_f = q;
@@ -168,7 +167,7 @@ void check_varlen(const R& r, const KR& kr, const Pos& pos, std::mt19937_64& rng
     }
     const auto all = batch_positions(pos, lengths.size(), total);
     std::vector<T> q_got = q;
-    rotary::apply_varlen(r, q_got.data(), ql, rotary::CuSeqlens(cu), all, dir, rotary::thread_parallel_for(2));
+    rotary::apply_varlen(r, q_got.data(), ql, rotary::CuSeqlens(cu), all, {dir, rotary::thread_parallel_for(2)});
     EXPECT_TRUE(same_bits(q_got, q_want)) << "apply_varlen";
     std::vector<T> q_f = q;
     std::vector<T> k_f = k;
@@ -273,7 +272,7 @@ TEST(Rotators, XPosMembersEqualViews) {
   const rotary::RowMatrix<float> k = rotary_test::random_rows<float>(6 * 2, kHeadDim, rng);
   rotary::RowMatrix<float> q1 = q;
   rotary::RowMatrix<float> k1 = k;
-  x.apply_qk(q1, k1, Positions::contiguous(40), 4, 2, 7.0);
+  rotary::apply_qk(x.queries(7.0), q1, k1, Positions::contiguous(40), 4, 2);
   rotary::RowMatrix<float> q2 = q;
   rotary::RowMatrix<float> k2 = k;
   rotary::apply(x.queries(7.0), q2, Positions::contiguous(40), 4);

@@ -443,11 +443,11 @@ TEST(ParallelForHooks, ApplyFusedAndOnTheFly) {
     expect_matches_reference(*rope, k0, k_serial, pos, kK, Direction::forward);
     for (auto& [name, hook] : hooks.all()) {
       std::vector<float> q = q0, k = k0;
-      rotary::apply_qk(*rope, rows(q, kQ), rows(k, kK), pos, kQ, kK, Direction::forward, hook);
+      rotary::apply_qk(*rope, rows(q, kQ), rows(k, kK), pos, kQ, kK, {Direction::forward, hook});
       EXPECT_TRUE(same_bits(q, q_serial) && same_bits(k, k_serial))
           << name << (rope == &fly ? " on the fly" : "");
       std::vector<float> one = q0;
-      rotary::apply(*rope, rows(one, kQ), pos, kQ, Direction::forward, hook);
+      rotary::apply(*rope, rows(one, kQ), pos, kQ, {Direction::forward, hook});
       EXPECT_TRUE(same_bits(one, q_serial)) << name;
     }
   }
@@ -474,7 +474,7 @@ TEST(ParallelForHooks, BatchLayoutsAndVarlen) {
     }
     for (auto& [name, hook] : hooks.all()) {
       std::vector<rotary::f16> y = x;
-      rotary::apply_batch(rope, layout, y.data(), sh, pos, Direction::forward, hook);
+      rotary::apply_batch(rope, layout, y.data(), sh, pos, {Direction::forward, hook});
       EXPECT_TRUE(same_bits(y, serial)) << name << " " << rotary::to_string(layout);
     }
   }
@@ -487,8 +487,7 @@ TEST(ParallelForHooks, BatchLayoutsAndVarlen) {
   rotary::apply_varlen(rope, serial.data(), l, cu, rotary::SequencePositions::restart());
   for (auto& [name, hook] : hooks.all()) {
     std::vector<rotary::f16> y = packed;
-    rotary::apply_varlen(rope, y.data(), l, cu, rotary::SequencePositions::restart(), Direction::forward,
-                         hook);
+    rotary::apply_varlen(rope, y.data(), l, cu, rotary::SequencePositions::restart(), {Direction::forward, hook});
     EXPECT_TRUE(same_bits(y, serial)) << name << " varlen";
   }
 }
@@ -544,7 +543,7 @@ TEST(ParallelForHooks, ConcurrentCallersEachSplitting) {
                                                   : rotary::thread_parallel_for(3);
     for (int rep = 0; rep < 3; ++rep) {
       std::vector<double> y = x;
-      rotary::apply_strided(rope, y.data(), l, Positions::contiguous(77), Direction::forward, hook);
+      rotary::apply_strided(rope, y.data(), l, Positions::contiguous(77), {Direction::forward, hook});
       if (rep == 0) got[static_cast<std::size_t>(i)] = y;
     }
   });
@@ -742,8 +741,8 @@ void check_apply_through_pool(std::mt19937_64& rng) {
           (*pool)(n, body);
         };
         std::vector<T> q = q0, k = k0, only = q0;
-        rotary::apply_qk(*r, rows(q, qh), rows(k, kh), pos, qh, kh, Direction::forward, counted);
-        rotary::apply(*r, rows(only, qh), pos, qh, Direction::forward, counted);
+        rotary::apply_qk(*r, rows(q, qh), rows(k, kh), pos, qh, kh, {Direction::forward, counted});
+        rotary::apply(*r, rows(only, qh), pos, qh, {Direction::forward, counted});
         const std::string what = std::to_string(tokens) + " tokens x (" + std::to_string(qh) + " + " +
                                  std::to_string(kh) + ") heads x " + std::to_string(d) + ", " +
                                  std::to_string(pool->size()) + " threads" + (r == &fly ? ", on the fly" : "");
@@ -796,8 +795,7 @@ std::vector<std::int64_t> recorded_calls(std::int64_t tokens) {
   std::vector<float> serial = x, got = x;
   rotary::apply(rope, Eigen::Map<rotary::RowMatrix<float>>(serial.data(), tokens, 64), Positions::contiguous(5), 1);
   Recorder rec;
-  rotary::apply(rope, Eigen::Map<rotary::RowMatrix<float>>(got.data(), tokens, 64), Positions::contiguous(5), 1,
-                Direction::forward, rec.get());
+  rotary::apply(rope, Eigen::Map<rotary::RowMatrix<float>>(got.data(), tokens, 64), Positions::contiguous(5), 1, {Direction::forward, rec.get()});
   EXPECT_TRUE(same_bits(got, serial)) << tokens << " tokens";
   return rec.calls;
 }
@@ -823,8 +821,7 @@ TEST(MinimumWork, KeysAndBatchesCount) {
     std::vector<float> q(static_cast<std::size_t>(tokens * 64), 0.5f), k = q;
     Recorder rec;
     rotary::apply_qk(rope, Eigen::Map<rotary::RowMatrix<float>>(q.data(), tokens, 64),
-                     Eigen::Map<rotary::RowMatrix<float>>(k.data(), tokens, 64), Positions::contiguous(0), 1, 1,
-                     Direction::forward, rec.get());
+                     Eigen::Map<rotary::RowMatrix<float>>(k.data(), tokens, 64), Positions::contiguous(0), 1, 1, {Direction::forward, rec.get()});
     EXPECT_EQ(rec.calls, tokens < kTokensPerPart ? std::vector<std::int64_t>{} : std::vector<std::int64_t>{2})
         << tokens << " tokens, q and k";
   }
@@ -833,8 +830,7 @@ TEST(MinimumWork, KeysAndBatchesCount) {
     std::vector<float> x(static_cast<std::size_t>(seq * 2 * 64), 0.25f), serial = x;
     rotary::apply_batch(rope, rotary::Layout::bhsd, serial.data(), sh, rotary::SequencePositions::starts({0, 9, 3, 1}));
     Recorder rec;
-    rotary::apply_batch(rope, rotary::Layout::bhsd, x.data(), sh, rotary::SequencePositions::starts({0, 9, 3, 1}),
-                        Direction::forward, rec.get());
+    rotary::apply_batch(rope, rotary::Layout::bhsd, x.data(), sh, rotary::SequencePositions::starts({0, 9, 3, 1}), {Direction::forward, rec.get()});
     EXPECT_EQ(rec.calls, seq == 8 ? std::vector<std::int64_t>{} : std::vector<std::int64_t>{2}) << seq << " bhsd";
     EXPECT_TRUE(same_bits(x, serial)) << seq << " bhsd";
   }

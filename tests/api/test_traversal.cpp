@@ -66,10 +66,10 @@ void check_head_major(const rotary::Rope<T>& rope, const rotary::ParallelFor& pa
   std::vector<T> got = x;
   if (in_place) {
     rotary::apply_qk_strided(rope, got.data(), ql, got.data(), ql, got.data() + k_off, kl, got.data() + k_off, kl,
-                             Positions(pos), dir, parallel);
+                             Positions(pos), {dir, parallel});
   } else {
     rotary::apply_qk_strided(rope, x.data(), ql, got.data(), ql, x.data() + k_off, kl, got.data() + k_off, kl,
-                             Positions(pos), dir, parallel);
+                             Positions(pos), {dir, parallel});
   }
   EXPECT_TRUE(same_bits(got, want)) << rotary::dtype_name<T>() << " " << rotary::to_string(rope.pairing())
                                     << (rope.on_the_fly() ? " cache-free" : " cached") << (in_place ? " in place" : "")
@@ -124,8 +124,7 @@ TEST(HeadMajor, DenseBhsdBatch) {
     std::vector<float> q_got = q;
     std::vector<float> k_got = k;
     rotary::apply_qk_batch(rope, BatchView<float>(q_got.data(), Layout::bhsd, qs),
-                           BatchView<float>(k_got.data(), Layout::bhsd, ks), SequencePositions::starts(starts),
-                           Direction::forward, parallel);
+                           BatchView<float>(k_got.data(), Layout::bhsd, ks), SequencePositions::starts(starts), {Direction::forward, parallel});
     EXPECT_TRUE(same_bits(q_got, q_want)) << (parallel ? "threaded " : "") << rotary_test::seed_note();
     EXPECT_TRUE(same_bits(k_got, k_want)) << (parallel ? "threaded " : "") << rotary_test::seed_note();
   }
@@ -159,7 +158,7 @@ void check_sbhd(const rotary::Rope<T>& rope, const rotary::ParallelFor& parallel
   std::vector<T> k_got(k.size());
   rotary::apply_qk_batch(rope, BatchView<const T>(q.data(), Layout::sbhd, qs), BatchView<T>(q_got.data(), Layout::sbhd, qs),
                          BatchView<const T>(k.data(), Layout::sbhd, ks), BatchView<T>(k_got.data(), Layout::sbhd, ks),
-                         SequencePositions::starts(starts), Direction::forward, parallel);
+                         SequencePositions::starts(starts), {Direction::forward, parallel});
   const std::string what = std::string(rotary::dtype_name<T>()) + (rope.on_the_fly() ? " cache-free" : " cached") +
                            (parallel ? " threaded " : " ") + rotary_test::seed_note();
   EXPECT_TRUE(same_bits(q_got, q_want)) << what;

@@ -335,29 +335,29 @@ void invoke(const Case<T>& c, Entry entry, const rotary::Rope<T>& rope, std::vec
   switch (entry) {
     case Entry::strided:
       if (in_place && qil.tokens == qol.tokens) {
-        rotary::apply_strided(rope, qo, qol, pos, c.dir, parallel);
+        rotary::apply_strided(rope, qo, qol, pos, {c.dir, parallel});
       } else {
-        rotary::apply_strided(rope, qi, qil, qo, qol, pos, c.dir, parallel);
+        rotary::apply_strided(rope, qi, qil, qo, qol, pos, {c.dir, parallel});
       }
       break;
     case Entry::strided_unchecked:
-      rotary::apply_strided_unchecked(rope, qi, qil, qo, qol, pos, c.dir, parallel);
+      rotary::unchecked::apply_strided(rope, qi, qil, qo, qol, pos, {c.dir, parallel});
       break;
     case Entry::qk_strided:
-      rotary::apply_qk_strided(rope, qi, qil, qo, qol, ki, kil, ko, kol, pos, c.dir, parallel);
+      rotary::apply_qk_strided(rope, qi, qil, qo, qol, ki, kil, ko, kol, pos, {c.dir, parallel});
       break;
     case Entry::qk_strided_unchecked:
-      rotary::apply_qk_strided_unchecked(rope, qi, qil, qo, qol, ki, kil, ko, kol, pos, c.dir, parallel);
+      rotary::unchecked::apply_qk_strided(rope, qi, qil, qo, qol, ki, kil, ko, kol, pos, {c.dir, parallel});
       break;
     case Entry::eigen: {
       RowMap<T> out(qo, c.tokens * c.q.heads, d,
                     Eigen::OuterStride<>(std::max<std::ptrdiff_t>(c.q.out.hs, d)));
       if (in_place) {
-        rotary::apply(rope, out, pos, c.q.heads, c.dir, parallel);
+        rotary::apply(rope, out, pos, c.q.heads, {c.dir, parallel});
       } else {
         ConstRowMap<T> x(qi, c.tokens * c.q.heads, d,
                          Eigen::OuterStride<>(std::max<std::ptrdiff_t>(c.q.in.hs, d)));
-        rotary::apply(rope, x, out, pos, c.q.heads, c.dir, parallel);
+        rotary::apply(rope, x, out, pos, c.q.heads, {c.dir, parallel});
       }
       break;
     }
@@ -369,11 +369,11 @@ void invoke(const Case<T>& c, Entry entry, const rotary::Rope<T>& rope, std::vec
       T* k_dummy = qo;  // k_heads == 0: k is ignored but must bind
       RowMap<T> k_out(ko ? ko : k_dummy, c.k.heads > 0 ? c.tokens * c.k.heads : 0, d, stride(c.k.out));
       if (in_place) {
-        rotary::apply_qk(rope, q_out, k_out, pos, c.q.heads, c.k.heads, c.dir, parallel);
+        rotary::apply_qk(rope, q_out, k_out, pos, c.q.heads, c.k.heads, {c.dir, parallel});
       } else {
         ConstRowMap<T> q_in(qi, c.tokens * c.q.heads, d, stride(c.q.in));
         ConstRowMap<T> k_in(ki ? ki : k_dummy, c.k.heads > 0 ? c.tokens * c.k.heads : 0, d, stride(c.k.in));
-        rotary::apply_qk(rope, q_in, q_out, k_in, k_out, pos, c.q.heads, c.k.heads, c.dir, parallel);
+        rotary::apply_qk(rope, q_in, q_out, k_in, k_out, pos, c.q.heads, c.k.heads, {c.dir, parallel});
       }
       break;
     }

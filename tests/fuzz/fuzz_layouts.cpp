@@ -445,31 +445,29 @@ void invoke(const Case<T>& c, const rotary::Rope<T>& rope, std::vector<Buffer<T>
                   : rotary::CuSeqlens(c.cu);
     if (!has_k) {
       if (c.in_place) {
-        rotary::apply_varlen(rope, qo, varlen_layout<T>(c.q_out), cu, pos, c.dir, par);
+        rotary::apply_varlen(rope, qo, varlen_layout<T>(c.q_out), cu, pos, {c.dir, par});
       } else {
-        rotary::apply_varlen(rope, qi, varlen_layout<T>(c.q_in), qo, varlen_layout<T>(c.q_out), cu, pos,
-                             c.dir, par);
+        rotary::apply_varlen(rope, qi, varlen_layout<T>(c.q_in), qo, varlen_layout<T>(c.q_out), cu, pos, {c.dir, par});
       }
       return;
     }
     T* ki = bufs[static_cast<std::size_t>(c.k_in.buf)].data.data() + c.k_in.off;
     T* ko = bufs[static_cast<std::size_t>(c.k_out.buf)].data.data() + c.k_out.off;
     if (c.in_place) {
-      rotary::apply_qk_varlen(rope, qo, varlen_layout<T>(c.q_out), ko, varlen_layout<T>(c.k_out), cu, pos,
-                              c.dir, par);
+      rotary::apply_qk_varlen(rope, qo, varlen_layout<T>(c.q_out), ko, varlen_layout<T>(c.k_out), cu, pos, {c.dir, par});
     } else {
       rotary::apply_qk_varlen(rope, qi, varlen_layout<T>(c.q_in), qo, varlen_layout<T>(c.q_out), ki,
-                              varlen_layout<T>(c.k_in), ko, varlen_layout<T>(c.k_out), cu, pos, c.dir, par);
+                              varlen_layout<T>(c.k_in), ko, varlen_layout<T>(c.k_out), cu, pos, {c.dir, par});
     }
     return;
   }
   if (c.dense_overload) {  // in place, dense `layout`
     T* q = bufs[static_cast<std::size_t>(c.q_in.buf)].data.data() + c.q_in.off;
     if (!has_k) {
-      rotary::apply_batch(rope, c.layout, q, c.q_in.shape, pos, c.dir, par);
+      rotary::apply_batch(rope, c.layout, q, c.q_in.shape, pos, {c.dir, par});
     } else {
       T* k = bufs[static_cast<std::size_t>(c.k_in.buf)].data.data() + c.k_in.off;
-      rotary::apply_qk_batch(rope, c.layout, q, c.q_in.shape, k, c.k_heads, pos, c.dir, par);
+      rotary::apply_qk_batch(rope, c.layout, q, c.q_in.shape, k, c.k_heads, pos, {c.dir, par});
     }
     return;
   }
@@ -480,20 +478,20 @@ void invoke(const Case<T>& c, const rotary::Rope<T>& rope, std::vector<Buffer<T>
       has_k ? rotary::BatchView<const T>(batch_view(bufs, c.k_in)) : rotary::BatchView<const T>();
   if (c.unchecked) {
     if (!has_k) {
-      rotary::apply_batch_unchecked(rope, qi, qo, pos, c.dir, par);
+      rotary::unchecked::apply_batch(rope, qi, qo, pos, {c.dir, par});
     } else {
-      rotary::apply_qk_batch_unchecked(rope, qi, qo, ki, ko, pos, c.dir, par);
+      rotary::unchecked::apply_qk_batch(rope, qi, qo, ki, ko, pos, {c.dir, par});
     }
     return;
   }
   if (!has_k) {
     if (c.in_place && in_place_hint(c)) {
-      rotary::apply_batch(rope, qo, pos, c.dir, par);
+      rotary::apply_batch(rope, qo, pos, {c.dir, par});
     } else {
-      rotary::apply_batch(rope, qi, qo, pos, c.dir, par);
+      rotary::apply_batch(rope, qi, qo, pos, {c.dir, par});
     }
   } else {
-    rotary::apply_qk_batch(rope, qi, qo, ki, ko, pos, c.dir, par);
+    rotary::apply_qk_batch(rope, qi, qo, ki, ko, pos, {c.dir, par});
   }
 }
 

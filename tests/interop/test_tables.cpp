@@ -167,7 +167,7 @@ void check_layouts(std::uint64_t salt) {
           EXPECT_TRUE(same_bits(rotate_with(r, x, l, Positions(pos), dir), want)) << rotary::to_string(isa);
           const TableRope<T, E> r7(head_dim, rotary_dim, pairing, v.with_first_position(7));
           std::vector<T> got = x;
-          rotary::apply_strided(r7, got.data(), l, Positions(shifted), dir, rotary::thread_parallel_for(2));
+          rotary::apply_strided(r7, got.data(), l, Positions(shifted), {dir, rotary::thread_parallel_for(2)});
           EXPECT_TRUE(same_bits(got, want)) << rotary::to_string(isa) << " first position 7, 2 threads";
         }
       }

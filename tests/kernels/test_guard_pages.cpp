@@ -778,7 +778,7 @@ class Fixture {
         Tensor<T> x = tensor(extent(kTokens, kHeads, il.token_stride, il.head_stride, d));
         Map m(x.data(), rows, d, Eigen::OuterStride<>(ld_in));
         if (unchecked) {
-          rotary::apply_unchecked(rope_, m, pos.get(), kHeads, dir);
+          rotary::unchecked::apply(rope_, m, pos.get(), kHeads, dir);
         } else {
           rotary::apply(rope_, m, pos.get(), kHeads, dir);
         }
@@ -792,7 +792,7 @@ class Fixture {
         const ConstMap mi(in.data(), rows, d, Eigen::OuterStride<>(ld_in));
         Map mo(out.data(), rows, d, Eigen::OuterStride<>(ld_out));
         if (unchecked) {
-          rotary::apply_unchecked(rope_, mi, mo, pos.get(), kHeads, dir);
+          rotary::unchecked::apply(rope_, mi, mo, pos.get(), kHeads, dir);
         } else {
           rotary::apply(rope_, mi, mo, pos.get(), kHeads, dir);
         }
@@ -817,7 +817,7 @@ class Fixture {
       Tensor<T> in = tensor(extent(il.tokens, il.heads, il.token_stride, il.head_stride, d));
       Tensor<T> out = tensor(extent(ol.tokens, ol.heads, ol.token_stride, ol.head_stride, d));
       if (variant == 2) {
-        rotary::apply_strided_unchecked(rope_, in.data(), il, out.data(), ol, pos.get(), dir);
+        rotary::unchecked::apply_strided(rope_, in.data(), il, out.data(), ol, pos.get(), dir);
       } else {
         rotary::apply_strided(rope_, in.data(), il, out.data(), ol, pos.get(), dir);
       }
@@ -826,7 +826,7 @@ class Fixture {
                 out.data(), false);
       Tensor<T> x = tensor(extent(il.tokens, il.heads, il.token_stride, il.head_stride, d));
       if (variant == 2) {
-        rotary::apply_strided_unchecked(rope_, x.data(), il, x.data(), il, pos.get(), dir);
+        rotary::unchecked::apply_strided(rope_, x.data(), il, x.data(), il, pos.get(), dir);
       } else {
         rotary::apply_strided(rope_, x.data(), il, pos.get(), dir);
       }
@@ -865,7 +865,7 @@ class Fixture {
       const StridedLayout& ol = variant == 1 ? head_major : token_major;
       Tensor<T> in = tensor(extent(il.tokens, il.heads, il.token_stride, il.head_stride, d));
       Tensor<T> out = tensor(extent(ol.tokens, ol.heads, ol.token_stride, ol.head_stride, d));
-      rotary::apply_strided(rope, in.data(), il, out.data(), ol, pos.get(), dir, rotary::thread_parallel_for(2));
+      rotary::apply_strided(rope, in.data(), il, out.data(), ol, pos.get(), {dir, rotary::thread_parallel_for(2)});
       verify<T>(where("caller table out of place", &pos), g_, dir, cache_rows<T>(rope_.cache()),
                 strided_jobs(il, ol, pos), in.before, in.data(), out.before, out.data(), false);
       Tensor<T> x = tensor(extent(il.tokens, il.heads, il.token_stride, il.head_stride, d));
@@ -940,7 +940,7 @@ class Fixture {
       T* q_out = in_place ? qi.data() : qo.data();
       T* k_out = in_place ? ki.data() : ko.data();
       if (unchecked) {
-        rotary::apply_qk_strided_unchecked(rope_, qi.data(), ql, q_out, ql, ki.data(), kla, k_out, kla,
+        rotary::unchecked::apply_qk_strided(rope_, qi.data(), ql, q_out, ql, ki.data(), kla, k_out, kla,
                                            pos.get(), dir);
       } else {
         rotary::apply_qk_strided(rope_, qi.data(), ql, q_out, ql, ki.data(), kla, k_out, kla, pos.get(), dir);
@@ -994,12 +994,12 @@ class Fixture {
       Tensor<T> in = tensor(extent(tokens, 1, d, d, d));
       Tensor<T> out = tensor(extent(tokens, 1, d, d, d));
       const rotary::ParallelFor parallel = kind == 1 ? rotary::thread_parallel_for(2) : rotary::ParallelFor{};
-      rotary::apply_strided(fly_, in.data(), l, out.data(), l, pos.get(), dir_for(kind), parallel);
+      rotary::apply_strided(fly_, in.data(), l, out.data(), l, pos.get(), {dir_for(kind), parallel});
       verify<T>(where("OnTheFly apply_strided", &pos), g_, dir_for(kind), rows, strided_jobs(l, l, pos),
                 in.before, in.data(), out.before, out.data(), false);
       Tensor<T> x = tensor(extent(tokens, 1, d, d, d));
       Map m(x.data(), tokens, d, Eigen::OuterStride<>(d));
-      rotary::apply(fly_, m, pos.get(), 1, dir_for(kind + 1), parallel);
+      rotary::apply(fly_, m, pos.get(), 1, {dir_for(kind + 1), parallel});
       verify<T>(where("OnTheFly apply in place", &pos), g_, dir_for(kind + 1), rows, strided_jobs(l, l, pos),
                 x.before, x.data(), x.before, x.data(), true);
     }
@@ -1076,7 +1076,7 @@ class Fixture {
         const BatchView<const T> iv(in.data(), sh, st);
         const BatchView<T> ov(out.data(), sh, ost);
         if (unchecked) {
-          rotary::apply_batch_unchecked(rope_, iv, ov, bp.sp, dir);
+          rotary::unchecked::apply_batch(rope_, iv, ov, bp.sp, dir);
         } else {
           rotary::apply_batch(rope_, iv, ov, bp.sp, dir);
         }
@@ -1136,7 +1136,7 @@ class Fixture {
         const BatchView<const T> kiv(ki.data(), ks, kst);
         const BatchView<T> kov(ko.data(), ks, kst);
         if (unchecked) {
-          rotary::apply_qk_batch_unchecked(rope_, qiv, qov, kiv, kov, bp.sp, dir);
+          rotary::unchecked::apply_qk_batch(rope_, qiv, qov, kiv, kov, bp.sp, dir);
         } else {
           rotary::apply_qk_batch(rope_, qiv, qov, kiv, kov, bp.sp, dir);
         }
@@ -1473,27 +1473,27 @@ class Fixture {
         Map in = row_map(qi, l.qi);
         if (v.in_place) {
           if (v.unchecked) {
-            rotary::apply_unchecked(r, in, p, kHeads, dir, parallel);
+            rotary::unchecked::apply(r, in, p, kHeads, {dir, parallel});
           } else {
-            rotary::apply(r, in, p, kHeads, dir, parallel);
+            rotary::apply(r, in, p, kHeads, {dir, parallel});
           }
         } else {
           Map out = row_map(qo, l.qo);
           if (v.unchecked) {
-            rotary::apply_unchecked(r, in, out, p, kHeads, dir, parallel);
+            rotary::unchecked::apply(r, in, out, p, kHeads, {dir, parallel});
           } else {
-            rotary::apply(r, in, out, p, kHeads, dir, parallel);
+            rotary::apply(r, in, out, p, kHeads, {dir, parallel});
           }
         }
         break;
       }
       case Form::strided:
         if (v.unchecked) {
-          rotary::apply_strided_unchecked(r, qi, l.qi, qo, v.in_place ? l.qi : l.qo, p, dir, parallel);
+          rotary::unchecked::apply_strided(r, qi, l.qi, qo, v.in_place ? l.qi : l.qo, p, {dir, parallel});
         } else if (v.in_place) {
-          rotary::apply_strided(r, qi, l.qi, p, dir, parallel);
+          rotary::apply_strided(r, qi, l.qi, p, {dir, parallel});
         } else {
-          rotary::apply_strided(r, qi, l.qi, qo, l.qo, p, dir, parallel);
+          rotary::apply_strided(r, qi, l.qi, qo, l.qo, p, {dir, parallel});
         }
         break;
       case Form::qk_eigen: {  // no unchecked Eigen form for q+k
@@ -1501,11 +1501,11 @@ class Fixture {
         Map k = row_map(ki, l.ki);
         const std::int64_t k_heads = l.ki.heads;
         if (v.in_place) {
-          rotary::apply_qk(r, q, k, p, kHeads, k_heads, dir, parallel);
+          rotary::apply_qk(r, q, k, p, kHeads, k_heads, {dir, parallel});
         } else {
           Map q_out = row_map(qo, l.qo);
           Map k_out = row_map(ko, l.ko);
-          rotary::apply_qk(r, q, q_out, k, k_out, p, kHeads, k_heads, dir, parallel);
+          rotary::apply_qk(r, q, q_out, k, k_out, p, kHeads, k_heads, {dir, parallel});
         }
         break;
       }
@@ -1513,9 +1513,9 @@ class Fixture {
         const StridedLayout& qol = v.in_place ? l.qi : l.qo;
         const StridedLayout& kol = v.in_place ? l.ki : l.ko;
         if (v.unchecked) {
-          rotary::apply_qk_strided_unchecked(r, qi, l.qi, qo, qol, ki, l.ki, ko, kol, p, dir, parallel);
+          rotary::unchecked::apply_qk_strided(r, qi, l.qi, qo, qol, ki, l.ki, ko, kol, p, {dir, parallel});
         } else {
-          rotary::apply_qk_strided(r, qi, l.qi, qo, qol, ki, l.ki, ko, kol, p, dir, parallel);
+          rotary::apply_qk_strided(r, qi, l.qi, qo, qol, ki, l.ki, ko, kol, p, {dir, parallel});
         }
         break;
       }
@@ -1601,19 +1601,19 @@ class Fixture {
         Map in = row_map(qi, l.qi);
         if (v.in_place) {
           if (v.unchecked) {
-            query ? xp.apply_q_unchecked(in, p, kHeads, c, dir, parallel)
-                  : xp.apply_k_unchecked(in, p, kHeads, c, dir, parallel);
+            query ? rotary::unchecked::apply(xp.queries(c), in, p, kHeads, {dir, parallel})
+                  : rotary::unchecked::apply(xp.keys(c), in, p, kHeads, {dir, parallel});
           } else {
-            query ? xp.apply_q(in, p, kHeads, c, dir, parallel) : xp.apply_k(in, p, kHeads, c, dir, parallel);
+            query ? rotary::apply(xp.queries(c), in, p, kHeads, {dir, parallel}) : rotary::apply(xp.keys(c), in, p, kHeads, {dir, parallel});
           }
         } else {
           Map out = row_map(qo, l.qo);
           if (v.unchecked) {
-            query ? xp.apply_q_unchecked(in, out, p, kHeads, c, dir, parallel)
-                  : xp.apply_k_unchecked(in, out, p, kHeads, c, dir, parallel);
+            query ? rotary::unchecked::apply(xp.queries(c), in, out, p, kHeads, {dir, parallel})
+                  : rotary::unchecked::apply(xp.keys(c), in, out, p, kHeads, {dir, parallel});
           } else {
-            query ? xp.apply_q(in, out, p, kHeads, c, dir, parallel)
-                  : xp.apply_k(in, out, p, kHeads, c, dir, parallel);
+            query ? rotary::apply(xp.queries(c), in, out, p, kHeads, {dir, parallel})
+                  : rotary::apply(xp.keys(c), in, out, p, kHeads, {dir, parallel});
           }
         }
         break;
@@ -1621,14 +1621,14 @@ class Fixture {
       case Form::strided: {
         const StridedLayout& ol = v.in_place ? l.qi : l.qo;
         if (v.unchecked) {  // the unchecked forms take in and out (in place: the same buffer)
-          query ? xp.apply_q_strided_unchecked(qi, l.qi, qo, ol, p, c, dir, parallel)
-                : xp.apply_k_strided_unchecked(qi, l.qi, qo, ol, p, c, dir, parallel);
+          query ? rotary::unchecked::apply_strided(xp.queries(c), qi, l.qi, qo, ol, p, {dir, parallel})
+                : rotary::unchecked::apply_strided(xp.keys(c), qi, l.qi, qo, ol, p, {dir, parallel});
         } else if (v.in_place) {
-          query ? xp.apply_q_strided(qi, l.qi, p, c, dir, parallel)
-                : xp.apply_k_strided(qi, l.qi, p, c, dir, parallel);
+          query ? rotary::apply_strided(xp.queries(c), qi, l.qi, p, {dir, parallel})
+                : rotary::apply_strided(xp.keys(c), qi, l.qi, p, {dir, parallel});
         } else {
-          query ? xp.apply_q_strided(qi, l.qi, qo, ol, p, c, dir, parallel)
-                : xp.apply_k_strided(qi, l.qi, qo, ol, p, c, dir, parallel);
+          query ? rotary::apply_strided(xp.queries(c), qi, l.qi, qo, ol, p, {dir, parallel})
+                : rotary::apply_strided(xp.keys(c), qi, l.qi, qo, ol, p, {dir, parallel});
         }
         break;
       }
@@ -1638,14 +1638,14 @@ class Fixture {
         const std::int64_t k_heads = l.ki.heads;
         if (v.in_place) {
           if (v.unchecked) {
-            xp.apply_qk_unchecked(q, k, p, kHeads, k_heads, c, dir, parallel);
+            rotary::unchecked::apply_qk(xp.queries(c), q, k, p, kHeads, k_heads, {dir, parallel});
           } else {
-            xp.apply_qk(q, k, p, kHeads, k_heads, c, dir, parallel);
+            rotary::apply_qk(xp.queries(c), q, k, p, kHeads, k_heads, {dir, parallel});
           }
         } else {  // no unchecked out-of-place Eigen form
           Map q_out = row_map(qo, l.qo);
           Map k_out = row_map(ko, l.ko);
-          xp.apply_qk(q, q_out, k, k_out, p, kHeads, k_heads, c, dir, parallel);
+          rotary::apply_qk(xp.queries(c), q, q_out, k, k_out, p, kHeads, k_heads, {dir, parallel});
         }
         break;
       }
@@ -1653,9 +1653,9 @@ class Fixture {
         const StridedLayout& qol = v.in_place ? l.qi : l.qo;
         const StridedLayout& kol = v.in_place ? l.ki : l.ko;
         if (v.unchecked) {
-          xp.apply_qk_strided_unchecked(qi, l.qi, qo, qol, ki, l.ki, ko, kol, p, c, dir, parallel);
+          rotary::unchecked::apply_qk_strided(xp.queries(c), qi, l.qi, qo, qol, ki, l.ki, ko, kol, p, {dir, parallel});
         } else {
-          xp.apply_qk_strided(qi, l.qi, qo, qol, ki, l.ki, ko, kol, p, c, dir, parallel);
+          rotary::apply_qk_strided(xp.queries(c), qi, l.qi, qo, qol, ki, l.ki, ko, kol, p, {dir, parallel});
         }
         break;
       }

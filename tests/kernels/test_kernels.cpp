@@ -203,7 +203,7 @@ TEST(Kernels, UncheckedEqualsChecked) {
   rotary::RowMatrix<float> a(24, 96);
   rotary::RowMatrix<float> b(24, 96);
   rotary::apply(rope, x, a, rotary::Positions::contiguous(50), 8);
-  rotary::apply_unchecked(rope, x, b, rotary::Positions::contiguous(50), 8);
+  rotary::unchecked::apply(rope, x, b, rotary::Positions::contiguous(50), 8);
   EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
 }
 

@@ -22,19 +22,19 @@ void call() {
   rotary::apply(rope, column_major, y, pos, 1);  // read-only rows of another layout are copied
   rotary::apply(rope, Eigen::Map<RowMatrix<float>>(x.data(), 2, 8), pos, 1);
   rotary::apply(rope, x.topRows(1), pos, 1, rotary::Direction::inverse);
-  rotary::apply_unchecked(rope, x, pos, 1);
+  rotary::unchecked::apply(rope, x, pos, 1);
   rotary::apply_qk(rope, x, y, pos, 1, 1);
   rotary::apply_qk(rope, column_major, x, column_major, y, pos, 1, 1);
-  rotary::apply_qk_unchecked(rope, x, y, pos, 1, 1);
+  rotary::unchecked::apply_qk(rope, x, y, pos, 1, 1);
   const rotary::CosSinCache<double> cache(rotary::compute_frequencies(rope.spec()), 4);
   (void)cache;
   const rotary::XPos<float> xpos(rotary::RotarySpec(8, rotary::Pairing::half_split, 10000.0));
-  xpos.apply_q(x, pos, 1);
-  xpos.apply_k(column_major, y, pos, 1, 2.0);  // read-only rows of another layout are copied
-  xpos.apply_q_unchecked(x, pos, 1);
-  xpos.apply_qk(x, y, pos, 1, 1);
-  xpos.apply_qk(column_major, x, column_major, y, pos, 1, 1);
-  xpos.apply_qk_unchecked(x, y, pos, 1, 1, 1.0, rotary::Direction::inverse);
+  rotary::apply(xpos.queries(), x, pos, 1);
+  rotary::apply(xpos.keys(2.0), column_major, y, pos, 1);  // read-only rows of another layout are copied
+  rotary::unchecked::apply(xpos.queries(), x, pos, 1);
+  rotary::apply_qk(xpos.queries(), x, y, pos, 1, 1);
+  rotary::apply_qk(xpos.queries(), column_major, x, column_major, y, pos, 1, 1);
+  rotary::unchecked::apply_qk(xpos.queries(1.0), x, y, pos, 1, 1, rotary::Direction::inverse);
 #elif ROTARY_MISUSE_CASE == 1  // Eigen's default matrix is column-major
   Eigen::MatrixXf x = Eigen::MatrixXf::Zero(2, 8);
   rotary::apply(rope, x, pos, 1);
@@ -48,7 +48,7 @@ void call() {
   rotary::apply_qk(rope, q, k, pos, 1, 1);
 #elif ROTARY_MISUSE_CASE == 4  // double rows, float rope
   RowMatrix<double> x = RowMatrix<double>::Zero(2, 8);
-  rotary::apply_unchecked(rope, x, pos, 1);
+  rotary::unchecked::apply(rope, x, pos, 1);
 #elif ROTARY_MISUSE_CASE == 5  // double input rows, float rope, out of place
   const RowMatrix<double> q = RowMatrix<double>::Zero(2, 8);
   RowMatrix<float> y = RowMatrix<float>::Zero(2, 8);
@@ -59,17 +59,17 @@ void call() {
 #elif ROTARY_MISUSE_CASE == 7  // xPos member: column-major rows rotated in place
   const rotary::XPos<float> xpos(rotary::RotarySpec(8, rotary::Pairing::half_split, 10000.0));
   Eigen::MatrixXf x = Eigen::MatrixXf::Zero(2, 8);
-  xpos.apply_k(x, pos, 1);
+  rotary::apply(xpos.keys(), x, pos, 1);
 #elif ROTARY_MISUSE_CASE == 8  // xPos member: const q rotated in place (unchecked fused)
   const rotary::XPos<float> xpos(rotary::RotarySpec(8, rotary::Pairing::half_split, 10000.0));
   const RowMatrix<float> q = RowMatrix<float>::Zero(2, 8);
   RowMatrix<float> k = q;
-  xpos.apply_qk_unchecked(q, k, pos, 1, 1);
+  rotary::unchecked::apply_qk(xpos.queries(), q, k, pos, 1, 1);
 #elif ROTARY_MISUSE_CASE == 9  // xPos member: double output rows, float xPos
   const rotary::XPos<float> xpos(rotary::RotarySpec(8, rotary::Pairing::half_split, 10000.0));
   const RowMatrix<float> x = RowMatrix<float>::Zero(2, 8);
   RowMatrix<double> out = RowMatrix<double>::Zero(2, 8);
-  xpos.apply_q(x, out, pos, 1);
+  rotary::apply(xpos.queries(), x, out, pos, 1);
 #endif
 }
 

@@ -974,16 +974,16 @@ TEST(EdgeZeroSize, NoAccessNoThrow) {
             Positions(no64.data(), 0), Positions(no_values)}) {
         EXPECT_NO_THROW(rotary::apply(*r, empty, pos, 2));
         EXPECT_NO_THROW(rotary::apply(*r, empty, empty, pos, 2, Direction::inverse));
-        EXPECT_NO_THROW(rotary::apply_unchecked(*r, empty, pos, 2));
+        EXPECT_NO_THROW(rotary::unchecked::apply(*r, empty, pos, 2));
         EXPECT_NO_THROW(rotary::apply_strided(*r, p, zero, pos));
         // Strides derived from the empty shape (head-major: head stride = tokens * head_dim = 0).
         EXPECT_NO_THROW(rotary::apply_strided(*r, p, StridedLayout{0, 3, 8, 0}, pos));
         EXPECT_NO_THROW(rotary::apply_strided(*r, static_cast<float*>(nullptr), zero, pos));
-        EXPECT_NO_THROW(rotary::apply_strided_unchecked(*r, p, zero, p, zero, pos));
+        EXPECT_NO_THROW(rotary::unchecked::apply_strided(*r, p, zero, p, zero, pos));
         EXPECT_NO_THROW(rotary::apply_qk(*r, empty, empty, pos, 3, 1));
         EXPECT_NO_THROW(rotary::apply_qk(*r, empty, empty, pos, 3, 0));
         EXPECT_NO_THROW(rotary::apply_qk_strided(*r, p, zero, p, zero, p, zero, p, zero, pos));
-        EXPECT_NO_THROW(rotary::apply_qk_strided_unchecked(*r, p, zero, p, zero, p, no_key, p, no_key, pos));
+        EXPECT_NO_THROW(rotary::unchecked::apply_qk_strided(*r, p, zero, p, zero, p, no_key, p, no_key, pos));
         EXPECT_NO_THROW(rotary::shift_keys(*r, empty, std::int64_t{5}, 2));
         EXPECT_NO_THROW(rotary::shift_keys_strided(*r, p, zero, Positions(no64.data(), 0)));
         EXPECT_NO_THROW(rotary::rerotate_keys(*r, fly, empty, pos, 2));

@@ -72,8 +72,8 @@ double round_trips(Pairing pairing) {
   rotary::apply(rope, q, out, rotary::Positions::contiguous(7), kHeads, Direction::inverse);
   check("apply", out, q0);
   q = q0;
-  rotary::apply_unchecked(rope, q, pos32, kHeads);
-  rotary::apply_unchecked(rope, q, out, pos32, kHeads, Direction::inverse);
+  rotary::unchecked::apply(rope, q, pos32, kHeads);
+  rotary::unchecked::apply(rope, q, out, pos32, kHeads, Direction::inverse);
   check("apply_unchecked", out, q0);
   q = q0;
   rotary::apply_qk(rope, q, k, pos64, kHeads, kHeads);
@@ -87,9 +87,9 @@ double round_trips(Pairing pairing) {
   for (std::size_t i = 0; i < buf0.size(); ++i) buf0[i] = static_cast<T>(std::sin(0.01 * static_cast<double>(i)));
   std::vector<T> buf = buf0, kbuf = buf0;
   rotary::apply_strided(rope, buf.data(), wide, pos32);
-  rotary::apply_strided_unchecked(rope, buf.data(), wide, buf.data(), wide, pos32, Direction::inverse);
+  rotary::unchecked::apply_strided(rope, buf.data(), wide, buf.data(), wide, pos32, Direction::inverse);
   rotary::apply_qk_strided(rope, buf.data(), wide, buf.data(), wide, kbuf.data(), wide, kbuf.data(), wide, pos64);
-  rotary::apply_qk_strided_unchecked(rope, buf.data(), wide, buf.data(), wide, kbuf.data(), wide, kbuf.data(), wide,
+  rotary::unchecked::apply_qk_strided(rope, buf.data(), wide, buf.data(), wide, kbuf.data(), wide, kbuf.data(), wide,
                                      pos64, Direction::inverse);
   rotary::shift_keys_strided(rope, kbuf.data(), wide, 5);
   rotary::shift_keys_strided(rope, kbuf.data(), wide, -5);
@@ -126,13 +126,13 @@ double round_trips(Pairing pairing) {
   const rotary::AxisPositions axes(planar, 3);
   rotary::apply_qk(mrope, q, k, axes, kHeads, kHeads);
   rotary::apply(mrope, q, out, axes, kHeads, Direction::inverse);
-  rotary::apply_unchecked(mrope, k, axes, kHeads, Direction::inverse);
+  rotary::unchecked::apply(mrope, k, axes, kHeads, Direction::inverse);
   check("multi-axis q", out, q0);
   check("multi-axis k", k, k0);
   const rotary::XPos<T> xpos(spec);
   q = q0;
-  xpos.apply_q(q, pos32, kHeads);
-  xpos.apply_q(q, pos32, kHeads, 0.0, Direction::inverse);
+  rotary::apply(xpos.queries(), q, pos32, kHeads);
+  rotary::apply(xpos.queries(0.0), q, pos32, kHeads, Direction::inverse);
   check("xpos", q, q0);
 
   // Rerotation, gradients, linear attention (their results are checked by the unit tests).

@@ -257,8 +257,8 @@ TEST_F(CallErrors, OverlapMessagesSayWhere) {
 #ifndef NDEBUG
 TEST_F(CallErrors, UncheckedAssertsInDebugBuilds) {
   GTEST_FLAG_SET(death_test_style, rotary_test::death_test_style());
-  EXPECT_DEATH(rotary::apply_unchecked(rope, x, Positions::contiguous(15), 2), "");
-  EXPECT_DEATH(rotary::apply_unchecked(rope, x, y, Positions::contiguous(0), 4), "");
+  EXPECT_DEATH(rotary::unchecked::apply(rope, x, Positions::contiguous(15), 2), "");
+  EXPECT_DEATH(rotary::unchecked::apply(rope, x, y, Positions::contiguous(0), 4), "");
 }
 #endif
 
@@ -266,19 +266,19 @@ TEST_F(CallErrors, UncheckedAssertsInDebugBuilds) {
 // The failed assertion of an unchecked call prints the message the checked call would throw.
 TEST_F(CallErrors, UncheckedAssertionsPrintTheMessage) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
-  EXPECT_DEATH(rotary::apply_unchecked(rope, x, Positions::contiguous(15), 2),
+  EXPECT_DEATH(rotary::unchecked::apply(rope, x, Positions::contiguous(15), 2),
                "rotary: position 17 .start 15 . token 2. is outside the cache .0, 16.");
-  EXPECT_DEATH(rotary::apply_unchecked(rope, x, Positions(static_cast<const std::int64_t*>(nullptr), 3), 2),
+  EXPECT_DEATH(rotary::unchecked::apply(rope, x, Positions(static_cast<const std::int64_t*>(nullptr), 3), 2),
                "rotary: positions is null but holds 3 values");
-  EXPECT_DEATH(rotary::apply_unchecked(rope, x, y, Positions::contiguous(0), 4),
+  EXPECT_DEATH(rotary::unchecked::apply(rope, x, y, Positions::contiguous(0), 4),
                "rotary: input has 6 rows, not a multiple of heads .4.");
   std::vector<float> buf(256);
   const rotary::StridedLayout l{3, 2, 16, 8};
   EXPECT_DEATH(
-      rotary::apply_strided_unchecked(rope, buf.data(), l, buf.data() + 1, l, Positions::contiguous(0)),
+      rotary::unchecked::apply_strided(rope, buf.data(), l, buf.data() + 1, l, Positions::contiguous(0)),
       "rotary: input and output partially overlap: input .token 0, head 0. element 1");
   EXPECT_DEATH(
-      rotary::apply_batch_unchecked(
+      rotary::unchecked::apply_batch(
           rope,
           rotary::BatchView<const float>(buf.data(), rotary::Layout::bshd, rotary::BatchShape{1, 3, 2, 8}),
           rotary::BatchView<float>(buf.data(), rotary::Layout::bshd, rotary::BatchShape{1, 3, 2, 8}),

@@ -416,8 +416,8 @@ TEST_F(Validation, NullIndexArraysOtherEntryPoints) {
                {"positions is null but holds 3 values"});
   // xPos
   const rotary::XPos<float> xpos(RotarySpec(8, Pairing::interleaved));
-  expect_error([&] { xpos.apply_q(q, Positions(kNull32, 3), 2); }, {"positions is null"});
-  expect_error([&] { xpos.apply_qk(q, k, Positions(kNull64, 3), 2, 1); }, {"positions is null"});
+  expect_error([&] { rotary::apply(xpos.queries(), q, Positions(kNull32, 3), 2); }, {"positions is null"});
+  expect_error([&] { rotary::apply_qk(xpos.queries(), q, k, Positions(kNull64, 3), 2, 1); }, {"positions is null"});
   // linear attention
   const RowMatrix<float> v = RowMatrix<float>::Random(3, 4);
   expect_error([&] { (void)rotary::rope_linear_attention(rope, k, k, v, Positions(kNull32, 3)); },
@@ -527,34 +527,34 @@ TEST_F(Validation, UncheckedVariantsAssertInDebugBuilds) {
   const StridedLayout l{3, 2, 16, 8};
   // Each prints the message the checked variant throws before the assertion fails.
   // (Input and output one element apart: CallErrors.UncheckedAssertionsPrintTheMessage.)
-  EXPECT_DEATH(rotary::apply_strided_unchecked(rope, p, l, p + 100, l, Positions::contiguous(15)),
+  EXPECT_DEATH(rotary::unchecked::apply_strided(rope, p, l, p + 100, l, Positions::contiguous(15)),
                "rotary: position 17 .start 15 . token 2. is outside the cache");
-  EXPECT_DEATH(rotary::apply_qk_strided_unchecked(rope, p, l, p, l, p + 40, StridedLayout{3, 1, 8, 8}, p + 40,
+  EXPECT_DEATH(rotary::unchecked::apply_qk_strided(rope, p, l, p, l, p + 40, StridedLayout{3, 1, 8, 8}, p + 40,
                                                   StridedLayout{3, 1, 8, 8}, Positions::contiguous(0)),
                "rotary: q and k views overlap: q .token 2, head 1. element 0 is the same memory as k");
   EXPECT_DEATH(
-      rotary::apply_batch_unchecked(rope, BatchView<const float>(p, Layout::bshd, BatchShape{1, 2, 2, 8}),
+      rotary::unchecked::apply_batch(rope, BatchView<const float>(p, Layout::bshd, BatchShape{1, 2, 2, 8}),
                                     BatchView<float>(p + 4, Layout::bshd, BatchShape{1, 2, 2, 8}),
                                     SequencePositions::restart()),
       "rotary: input and output overlap: input .batch 0, token 0, head 0. element 4");
   EXPECT_DEATH(
-      rotary::apply_qk_batch_unchecked(rope, BatchView<const float>(p, Layout::bshd, BatchShape{1, 2, 2, 8}),
+      rotary::unchecked::apply_qk_batch(rope, BatchView<const float>(p, Layout::bshd, BatchShape{1, 2, 2, 8}),
                                        BatchView<float>(p, Layout::bshd, BatchShape{1, 2, 2, 8}),
                                        BatchView<const float>(p + 128, Layout::bshd, BatchShape{1, 2, 1, 8}),
                                        BatchView<float>(p + 128, Layout::bshd, BatchShape{1, 2, 1, 8}),
                                        SequencePositions::start(15)),
       "rotary: position 16 .start 15 . token 1. is outside the cache");
   // Null index arrays too.
-  EXPECT_DEATH(rotary::apply_strided_unchecked(rope, p, l, p + 100, l, Positions(kNull32, 3)),
+  EXPECT_DEATH(rotary::unchecked::apply_strided(rope, p, l, p + 100, l, Positions(kNull32, 3)),
                "rotary: positions is null but holds 3 values");
   EXPECT_DEATH(
-      rotary::apply_batch_unchecked(rope, BatchView<const float>(p, Layout::bshd, BatchShape{1, 3, 1, 8}),
+      rotary::unchecked::apply_batch(rope, BatchView<const float>(p, Layout::bshd, BatchShape{1, 3, 1, 8}),
                                     BatchView<float>(p, Layout::bshd, BatchShape{1, 3, 1, 8}),
                                     SequencePositions::per_token(Positions(kNull64, 3))),
       "rotary: per-token positions is null but holds 3 values");
   const rotary::MultiAxisRope<float> mrope(RotarySpec(8, Pairing::half_split),
                                            rotary::mrope_axis_map(8, {2, 1, 1}), 16);
-  EXPECT_DEATH(rotary::apply_unchecked(mrope, q, rotary::AxisPositions(kNull64, 3, 3), 2),
+  EXPECT_DEATH(rotary::unchecked::apply(mrope, q, rotary::AxisPositions(kNull64, 3, 3), 2),
                "rotary: positions stream 0 is null but holds 3 tokens");
 }
 #endif

@@ -840,7 +840,7 @@ TEST(MultiAxisFused, GqaEqualsSeparateCallsAndThreadsDoNotChangeBits) {
   RowMatrix<bf16> k3 = k;
   {
     const rotary_test::SplitAlways split;  // small enough that the gate would keep it on one thread
-    rotary::apply_qk(mrope, q3, k3, pos, qh, kh, Direction::forward, rotary::thread_parallel_for(3));
+    rotary::apply_qk(mrope, q3, k3, pos, qh, kh, {Direction::forward, rotary::thread_parallel_for(3)});
   }
   EXPECT_TRUE(same_bits(q1, q3));
   EXPECT_TRUE(same_bits(k1, k3));
@@ -1213,7 +1213,7 @@ TEST(MultiAxisErrors, UncheckedAssertsInDebug) {
   const MultiAxisRope<float> mrope(spec, rotary::mrope_axis_map(64, {8, 12, 12}), 100);
   RowMatrix<float> x = RowMatrix<float>::Random(8, 64);
   std::vector<std::int64_t> far(12, 500);
-  EXPECT_DEATH(rotary::apply_unchecked(mrope, x, AxisPositions(far, 3), 2), "");
+  EXPECT_DEATH(rotary::unchecked::apply(mrope, x, AxisPositions(far, 3), 2), "");
 }
 #endif
 

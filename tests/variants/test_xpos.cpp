@@ -134,14 +134,10 @@ RefRow reference_row(const Setting& s, const std::vector<double>& theta, const T
   return r;
 }
 
-// The query's map (apply_q) or the key's (apply_k), with the same arguments.
+// The query's map or the key's, with the same arguments.
 template <class T, class... Args>
-void apply_role(const XPos<T>& xpos, bool query, Args&&... args) {
-  if (query) {
-    xpos.apply_q(std::forward<Args>(args)...);
-  } else {
-    xpos.apply_k(std::forward<Args>(args)...);
-  }
+void apply_role(const XPos<T>& xpos, bool query, double center, Args&&... args) {
+  rotary::apply(query ? xpos.queries(center) : xpos.keys(center), std::forward<Args>(args)...);
 }
 
 // Positions for n tokens whose offsets from `center` stay within +-span (and >= 0).
@@ -188,7 +184,7 @@ TYPED_TEST(XPosTyped, MatchesLongDoubleReference) {
           for (const bool query : {true, false}) {
             for (const Direction dir : {Direction::forward, Direction::inverse}) {
               RowMatrix<T> y(x.rows(), x.cols());
-              apply_role(xpos, query, x, y, Positions(pos), heads, center, dir);
+              apply_role(xpos, query, center, x, y, Positions(pos), heads, dir);
               for (std::int64_t t = 0; t < tokens; ++t)
                 for (std::int64_t hd = 0; hd < heads; ++hd) {
                   const Eigen::Index row = t * heads + hd;
@@ -240,7 +236,7 @@ TYPED_TEST(XPosTyped, ContiguousRunsMatchReference) {
     const RowMatrix<T> x = random_rows<T>(tokens, s.head_dim, rng);
     for (const bool query : {true, false}) {
       RowMatrix<T> y = x;
-      apply_role(xpos, query, y, Positions::contiguous(start), 1, center);
+      apply_role(xpos, query, center, y, Positions::contiguous(start), 1);
       for (std::int64_t t = 0; t < tokens; ++t) {
         const RefRow r =
             reference_row<T>(s, theta, x.row(t).data(), start + t, center, query, Direction::forward);
@@ -337,7 +333,7 @@ TYPED_TEST(XPosTyped, ScoreIdentityAndCentringInvariance) {
       RowMatrix<T> q2(2 * tokens, s.head_dim);
       for (std::int64_t t = 0; t < tokens; ++t) q2.row(2 * t) = q2.row(2 * t + 1) = q.row(t);
       RowMatrix<T> kk = k;
-      xpos.apply_qk(q2, kk, Positions(pos), 2, 1, center);
+      rotary::apply_qk(xpos.queries(center), q2, kk, Positions(pos), 2, 1);
       RowMatrix<T> xq(tokens, s.head_dim);
       for (std::int64_t t = 0; t < tokens; ++t) {
         xq.row(t) = q2.row(2 * t);
@@ -378,10 +374,10 @@ TEST(XPos, MismatchedCentresScalePairTermsByZeta) {
     RowMatrix<double> k_diff = k;
     const std::vector<std::int64_t> pq = {500};
     const std::vector<std::int64_t> pk = {420};
-    xpos.apply_q(q_same, Positions(pq), 1, cq);
-    xpos.apply_k(k_same, Positions(pk), 1, cq);
-    xpos.apply_q(q_diff, Positions(pq), 1, cq);
-    xpos.apply_k(k_diff, Positions(pk), 1, ck);
+    rotary::apply(xpos.queries(cq), q_same, Positions(pq), 1);
+    rotary::apply(xpos.keys(cq), k_same, Positions(pk), 1);
+    rotary::apply(xpos.queries(cq), q_diff, Positions(pq), 1);
+    rotary::apply(xpos.keys(ck), k_diff, Positions(pk), 1);
     const LD same = static_cast<LD>(q_same.row(0).dot(k_same.row(0)));
     const LD diff = static_cast<LD>(q_diff.row(0).dot(k_diff.row(0)));
     const LD want = std::pow(zeta_ref(s, j), static_cast<LD>(ck - cq) / static_cast<LD>(s.scale_base));
@@ -412,8 +408,8 @@ TYPED_TEST(XPosTyped, InverseAndAdjoint) {
   double worst = 0.0;
   for (const bool query : {true, false}) {
     RowMatrix<T> z = x;
-    apply_role(xpos, query, z, Positions(pos), heads, center);
-    apply_role(xpos, query, z, Positions(pos), heads, center, Direction::inverse);
+    apply_role(xpos, query, center, z, Positions(pos), heads);
+    apply_role(xpos, query, center, z, Positions(pos), heads, Direction::inverse);
     const std::int64_t h = s.rotary_dim / 2;
     for (Eigen::Index r = 0; r < x.rows(); ++r)
       for (std::int64_t j = 0; j < h; ++j) {
@@ -437,8 +433,8 @@ TYPED_TEST(XPosTyped, InverseAndAdjoint) {
   for (const bool query : {true, false}) {
     RowMatrix<T> fx = x;
     RowMatrix<T> gy = yv;
-    apply_role(xpos, query, fx, Positions(pos), heads, center);
-    apply_role(xpos, !query, gy, Positions(pos), heads, center, Direction::inverse);  // the other role
+    apply_role(xpos, query, center, fx, Positions(pos), heads);
+    apply_role(xpos, !query, center, gy, Positions(pos), heads, Direction::inverse);  // the other role
     const std::int64_t h = s.rotary_dim / 2;
     for (Eigen::Index r = 0; r < x.rows(); ++r) {
       LD lhs = 0;
@@ -494,7 +490,7 @@ void check_large_positions() {
       const RowMatrix<T> x = random_rows<T>(tokens, s.head_dim, rng);
       for (const bool query : {true, false}) {
         RowMatrix<T> y(x.rows(), x.cols());
-        apply_role(xpos, query, x, y, Positions(pos), 1, center);
+        apply_role(xpos, query, center, x, y, Positions(pos), 1);
         for (std::int64_t t = 0; t < tokens; ++t) {
           std::vector<double> cs_cos;
           std::vector<double> cs_sin;
@@ -549,27 +545,27 @@ TYPED_TEST(XPosTyped, EntryPointsAgreeBitForBit) {
   for (const Direction dir : {Direction::forward, Direction::inverse}) {
     RowMatrix<T> q_sep(q.rows(), q.cols());
     RowMatrix<T> k_sep(k.rows(), k.cols());
-    xpos.apply_q(q, q_sep, positions, qh, center, dir);
-    xpos.apply_k(k, k_sep, positions, kh, center, dir);
+    rotary::apply(xpos.queries(center), q, q_sep, positions, qh, dir);
+    rotary::apply(xpos.keys(center), k, k_sep, positions, kh, dir);
     // fused, in place
     RowMatrix<T> qf = q;
     RowMatrix<T> kf = k;
-    xpos.apply_qk(qf, kf, positions, qh, kh, center, dir);
+    rotary::apply_qk(xpos.queries(center), qf, kf, positions, qh, kh, dir);
     EXPECT_TRUE(same(qf, q_sep));
     EXPECT_TRUE(same(kf, k_sep));
     // fused, out of place; unchecked
     RowMatrix<T> qo(q.rows(), q.cols());
     RowMatrix<T> ko(k.rows(), k.cols());
-    xpos.apply_qk(q, qo, k, ko, positions, qh, kh, center, dir);
+    rotary::apply_qk(xpos.queries(center), q, qo, k, ko, positions, qh, kh, dir);
     EXPECT_TRUE(same(qo, q_sep));
     EXPECT_TRUE(same(ko, k_sep));
     RowMatrix<T> qu = q;
     RowMatrix<T> ku = k;
-    xpos.apply_qk_unchecked(qu, ku, positions, qh, kh, center, dir);
+    rotary::unchecked::apply_qk(xpos.queries(center), qu, ku, positions, qh, kh, dir);
     EXPECT_TRUE(same(qu, q_sep));
     EXPECT_TRUE(same(ku, k_sep));
     RowMatrix<T> qu2 = q;
-    xpos.apply_q_unchecked(qu2, positions, qh, center, dir);
+    rotary::unchecked::apply(xpos.queries(center), qu2, positions, qh, dir);
     EXPECT_TRUE(same(qu2, q_sep));
     // strided, padded rows and head-major token stride for k: element (t, h) at h*tokens*pad + t*pad
     const std::int64_t pad = s.head_dim + 5;
@@ -581,8 +577,7 @@ TYPED_TEST(XPosTyped, EntryPointsAgreeBitForBit) {
     const rotary::StridedLayout kl{tokens, kh, pad, tokens * pad};
     const rotary::StridedLayout ql{tokens, qh, qh * s.head_dim, s.head_dim};
     RowMatrix<T> qs = q;
-    xpos.apply_qk_strided(qs.data(), ql, qs.data(), ql, kbuf.data(), kl, kbuf.data(), kl, positions, center,
-                          dir);
+    rotary::apply_qk_strided(xpos.queries(center), qs.data(), ql, qs.data(), ql, kbuf.data(), kl, kbuf.data(), kl, positions, dir);
     EXPECT_TRUE(same(qs, q_sep));
     bool k_ok = true;
     for (std::int64_t t = 0; t < tokens; ++t)
@@ -593,14 +588,14 @@ TYPED_TEST(XPosTyped, EntryPointsAgreeBitForBit) {
     EXPECT_TRUE(k_ok);
     RowMatrix<T> ks(k.rows(), k.cols());
     const rotary::StridedLayout kd{tokens, kh, kh * s.head_dim, s.head_dim};
-    xpos.apply_k_strided_unchecked(k.data(), kd, ks.data(), kd, positions, center, dir);
+    rotary::unchecked::apply_strided(xpos.keys(center), k.data(), kd, ks.data(), kd, positions, dir);
     EXPECT_TRUE(same(ks, k_sep));
     // threads
     RowMatrix<T> qt = q;
     RowMatrix<T> kt = k;
     {
       const rotary_test::SplitAlways split;  // small enough that the gate would keep it on one thread
-      xpos.apply_qk(qt, kt, positions, qh, kh, center, dir, rotary::thread_parallel_for(3));
+      rotary::apply_qk(xpos.queries(center), qt, kt, positions, qh, kh, {dir, rotary::thread_parallel_for(3)});
     }
     EXPECT_TRUE(same(qt, q_sep));
     EXPECT_TRUE(same(kt, k_sep));
@@ -609,7 +604,7 @@ TYPED_TEST(XPosTyped, EntryPointsAgreeBitForBit) {
     RowMatrix<T> ksc = k;
     {
       const rotary_test::IsaScope scalar(rotary::Isa::scalar);
-      xpos.apply_qk(qsc, ksc, positions, qh, kh, center, dir);
+      rotary::apply_qk(xpos.queries(center), qsc, ksc, positions, qh, kh, dir);
     }
     const std::string_view isa = rotary::to_string(rotary::active_isa());  // what q_sep, k_sep ran on
     EXPECT_TRUE(same(qsc, q_sep)) << "scalar vs " << isa;
@@ -619,13 +614,13 @@ TYPED_TEST(XPosTyped, EntryPointsAgreeBitForBit) {
   std::vector<std::int64_t> pos64(pos32.begin(), pos32.end());
   RowMatrix<T> a = q;
   RowMatrix<T> b = q;
-  xpos.apply_q(a, positions, qh, center);
-  xpos.apply_q(b, Positions(pos64), qh, center);
+  rotary::apply(xpos.queries(center), a, positions, qh);
+  rotary::apply(xpos.queries(center), b, Positions(pos64), qh);
   EXPECT_TRUE(same(a, b));
   RowMatrix<T> c1 = q.topRows(40 * qh);
   RowMatrix<T> c2 = c1;
-  xpos.apply_q(c1, Positions::contiguous(0), qh, center);
-  xpos.apply_q(c2, Positions(pos64.data(), 40), qh, center);
+  rotary::apply(xpos.queries(center), c1, Positions::contiguous(0), qh);
+  rotary::apply(xpos.queries(center), c2, Positions(pos64.data(), 40), qh);
   EXPECT_TRUE(same(c1, c2));
 }
 
@@ -646,27 +641,27 @@ TYPED_TEST(XPosTyped, RangeLimit) {
   const auto outside = static_cast<std::int64_t>(std::ceil(xpos.max_offset())) + 1;
   RowMatrix<T> x = RowMatrix<T>::Ones(1, 16);
   // keys at p > c and queries at p < c grow
-  EXPECT_NO_THROW(xpos.apply_k(x, Positions::contiguous(inside), 1, 0.0));
-  rotary_test::expect_error([&] { xpos.apply_k(x, Positions::contiguous(outside), 1, 0.0); },
+  EXPECT_NO_THROW(rotary::apply(xpos.keys(0.0), x, Positions::contiguous(inside), 1));
+  rotary_test::expect_error([&] { rotary::apply(xpos.keys(0.0), x, Positions::contiguous(outside), 1); },
                             {"xpos key scale factor", "overflows", "max_offset()"});
   rotary_test::expect_error(
-      [&] { xpos.apply_q(x, Positions::contiguous(0), 1, static_cast<double>(outside)); },
+      [&] { rotary::apply(xpos.queries(static_cast<double>(outside)), x, Positions::contiguous(0), 1); },
       {"xpos query scale factor", "position 0"});
-  EXPECT_NO_THROW(xpos.apply_q(x, Positions::contiguous(0), 1, static_cast<double>(inside)));
+  EXPECT_NO_THROW(rotary::apply(xpos.queries(static_cast<double>(inside)), x, Positions::contiguous(0), 1));
   // The inverse swaps the roles.
   rotary_test::expect_error(
-      [&] { xpos.apply_q(x, Positions::contiguous(outside), 1, 0.0, Direction::inverse); }, {"xpos query"});
+      [&] { rotary::apply(xpos.queries(0.0), x, Positions::contiguous(outside), 1, Direction::inverse); }, {"xpos query"});
   // Fused calls check both roles; arrays are scanned for their extremes.
   RowMatrix<T> k = RowMatrix<T>::Ones(1, 16);
   const std::vector<std::int64_t> pos = {outside};
-  rotary_test::expect_error([&] { xpos.apply_qk(x, k, Positions(pos), 1, 1, 0.0); }, {"xpos key"});
+  rotary_test::expect_error([&] { rotary::apply_qk(xpos.queries(0.0), x, k, Positions(pos), 1, 1); }, {"xpos key"});
   RowMatrix<T> x3 = RowMatrix<T>::Ones(3, 16);
   const std::vector<std::int64_t> pos3 = {5, outside, 7};
   const std::string where = "at position " + std::to_string(outside);
-  rotary_test::expect_error([&] { xpos.apply_k(x3, Positions(pos3), 1, 0.0); }, {"xpos key", where.c_str()});
+  rotary_test::expect_error([&] { rotary::apply(xpos.keys(0.0), x3, Positions(pos3), 1); }, {"xpos key", where.c_str()});
   // Queries at p > c only shrink: far beyond the limit is fine (and underflows to 0).
   RowMatrix<T> far = RowMatrix<T>::Ones(1, 16);
-  xpos.apply_q(far, Positions::contiguous(std::int64_t{1} << 40), 1, 0.0);
+  rotary::apply(xpos.queries(0.0), far, Positions::contiguous(std::int64_t{1} << 40), 1);
   EXPECT_EQ(static_cast<double>(static_cast<float>(far(0, 0))), 0.0);
 }
 
@@ -685,25 +680,25 @@ TEST(XPos, InvalidArguments) {
   RowMatrix<float> x = RowMatrix<float>::Ones(4, 8);
   RowMatrix<float> k = RowMatrix<float>::Ones(2, 8);
   for (const double c : {std::nan(""), std::numeric_limits<double>::infinity(), 0x1p63})
-    rotary_test::expect_error([&] { xpos.apply_q(x, Positions::contiguous(0), 1, c); }, {"xpos center ("});
+    rotary_test::expect_error([&] { rotary::apply(xpos.queries(c), x, Positions::contiguous(0), 1); }, {"xpos center ("});
   rotary_test::expect_error([&] { (void)xpos.scale(0, 0, std::nan("")); }, {"xpos center"});
   rotary_test::expect_error([&] { (void)xpos.scale(4, 0); }, {"pair index j (4)"});
   RowMatrix<float> wide = RowMatrix<float>::Ones(4, 10);
-  rotary_test::expect_error([&] { xpos.apply_q(wide, Positions::contiguous(0), 1); },
+  rotary_test::expect_error([&] { rotary::apply(xpos.queries(), wide, Positions::contiguous(0), 1); },
                             {"x has 10 columns", "head_dim is 8"});
-  rotary_test::expect_error([&] { xpos.apply_k(x, Positions::contiguous(0), 3); },
+  rotary_test::expect_error([&] { rotary::apply(xpos.keys(), x, Positions::contiguous(0), 3); },
                             {"not a multiple of heads (3)"});
   const std::vector<std::int64_t> three = {0, 1, 2};
-  rotary_test::expect_error([&] { xpos.apply_q(x, Positions(three), 1); },
+  rotary_test::expect_error([&] { rotary::apply(xpos.queries(), x, Positions(three), 1); },
                             {"positions has 3 values for 4 tokens"});
   const std::vector<std::int64_t> negative = {0, 1, -2, 3};
-  rotary_test::expect_error([&] { xpos.apply_q(x, Positions(negative), 1); }, {"positions[2] (-2)"});
-  rotary_test::expect_error([&] { xpos.apply_qk(x, k, Positions::contiguous(0), 1, 1); },
+  rotary_test::expect_error([&] { rotary::apply(xpos.queries(), x, Positions(negative), 1); }, {"positions[2] (-2)"});
+  rotary_test::expect_error([&] { rotary::apply_qk(xpos.queries(), x, k, Positions::contiguous(0), 1, 1); },
                             {"q has 4 tokens but k has 2"});
   RowMatrix<float> y(3, 8);
-  rotary_test::expect_error([&] { xpos.apply_q(x, y, Positions::contiguous(0), 1); }, {"shape mismatch"});
+  rotary_test::expect_error([&] { rotary::apply(xpos.queries(), x, y, Positions::contiguous(0), 1); }, {"shape mismatch"});
   // A fused call whose key output is the query buffer.
-  rotary_test::expect_error([&] { xpos.apply_qk(x, x, Positions::contiguous(0), 1, 1); }, {"overlap"});
+  rotary_test::expect_error([&] { rotary::apply_qk(xpos.queries(), x, x, Positions::contiguous(0), 1, 1); }, {"overlap"});
 }
 
 // scale() is the query's forward factor, from its own formula.
