@@ -429,7 +429,7 @@ INSTANTIATE_TEST_SUITE_P(Kernels, SimdVsScalar, ::testing::ValuesIn(all_cases())
                          [](const ::testing::TestParamInfo<SimdCase>& p) { return case_name(p.param); });
 
 // Guard pages: every kernel of the registry (named variants included) on rows packed up to a
-// PROT_NONE page, against the scalar kernel's bits, is the "kernels" row of test_guard_pages' table.
+// PROT_NONE page, against the scalar kernel's bits, is the "kernels" row of test_guard_pages_rows' table.
 
 // ---- f16/bf16 rounding --------------------------------------------------------------------------
 
@@ -933,7 +933,7 @@ TEST(StreamStores, EnvironmentVariable) {
 
 // AVX512_BF16's vcvtneps2bf16 against the integer rounding the other bf16 kernels use: the same bits
 // for every probe, NaN payloads included (both compute (u >> 16) | 0x40), and for the bit-exact sweep
-// and guard-page shapes (run for both in SimdVsScalar.*bf16_avx512* and test_guard_pages' kernels row).
+// and guard-page shapes (run for both in SimdVsScalar.*bf16_avx512* and test_guard_pages_rows' kernels row).
 TEST(SimdRounding, Bf16HardwareMatchesIntegerRounding) {
 #if ROTARY_AVX512_BF16_KERNELS
   if (!rotary::isa_supported(Isa::avx512) || !rotary::detail::avx512::bf16_hardware_rounding())
