@@ -47,7 +47,8 @@ else
   # refusals (test_fusion, test_fusion_errors), and the caller tables and compat/ front ends
   # (tests/interop).
   tidy_files=(examples/*.cpp benchmarks/*.cpp
-              tests/numerics/test_rerotate.cpp tests/variants/test_multi_axis.cpp tests/variants/test_xpos.cpp
+              tests/numerics/test_rerotate.cpp tests/variants/test_multi_axis.cpp
+              tests/variants/test_multi_axis_calls.cpp tests/variants/test_xpos.cpp
               tests/variants/test_linear_attention.cpp tests/numerics/test_gradients.cpp
               tests/variants/test_convert_weights.cpp tests/api/test_layouts.cpp
               tests/api/test_fusion.cpp tests/api/test_fusion_errors.cpp tests/interop/*.cpp)

@@ -55,7 +55,7 @@
 // row, run with the minimum work per thread lowered (SplitAlways), so their threaded calls do split.
 //
 // Elsewhere: zero-sized calls on pointers into a PROT_NONE page (test_edge_cases,
-// EdgeZeroSize.NoAccessNoThrow) and a dense head-major axial multi-axis call (test_multi_axis,
+// EdgeZeroSize.NoAccessNoThrow) and a dense head-major axial multi-axis call (test_multi_axis_calls,
 // MultiAxisStrided.HeadMajorLayoutAndGuardPages). A caller's cos/sin table (row caller_table) sits in
 // guarded buffers too; one of another element type (widened per block) is not swept here. Not
 // covered: reads of rotary's own cos/sin table and of scratch rows (heap allocations: the ASan build
