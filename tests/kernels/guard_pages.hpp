@@ -54,7 +54,7 @@
 // and requires, byte for byte, the unfused composition's result on heap copies. Both rows, like every
 // row, run with the minimum work per thread lowered (SplitAlways), so their threaded calls do split.
 //
-// Elsewhere: zero-sized calls on pointers into a PROT_NONE page (test_edge_cases,
+// Elsewhere: zero-sized calls on pointers into a PROT_NONE page (test_edge_integers,
 // EdgeZeroSize.NoAccessNoThrow) and a dense head-major axial multi-axis call (test_multi_axis_calls,
 // MultiAxisStrided.HeadMajorLayoutAndGuardPages). A caller's cos/sin table (row caller_table) sits in
 // guarded buffers too; one of another element type (widened per block) is not swept here. Not

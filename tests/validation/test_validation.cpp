@@ -3,7 +3,7 @@
 // variants assert the same conditions in debug builds. This file covers the checks no other test
 // pins down by message (test_errors: spec, cache, apply; test_layouts: batch and varlen shapes,
 // cu_seqlens, sequence positions; test_scaling / test_hf_config: rope parameters and configs;
-// test_dispatch: ISA names and set_max_isa; test_edge_cases: negative and int64-limit positions).
+// test_dispatch: ISA names and set_max_isa; test_edge_integers: negative and int64-limit positions).
 // README's "Checked and unchecked entry points" table lists what each entry point validates.
 #include <gtest/gtest.h>
 
