@@ -302,7 +302,7 @@ std::string check_shape(const SimdCase& c, Kernel<T> kernel, const Shape& s, std
     return "first difference at " + locate(v, ol, s) + ": got " + hex(got.all()[i]) + ", scalar " +
            hex(want.all()[i]);
   }
-  // Equal to scalar; now the contract itself: pass-through equals the input, nothing else written.
+  // Equal to scalar; next, the contract itself: pass-through equals the input, nothing else written.
   std::vector<bool> in_rows(static_cast<std::size_t>(got.size()), false);
   for (std::int64_t t = 0; t < s.tokens; ++t)
     for (std::int64_t h = 0; h < s.heads; ++h) {

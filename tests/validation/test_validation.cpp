@@ -313,7 +313,7 @@ TEST_F(Validation, LayoutsNotCoveredElsewhere) {
 }
 
 // Null index arrays: every checked entry point that takes positions, cu_seqlens, AxisPositions or
-// deltas throws (it used to read through the null pointer). A null array of 0 values is an empty
+// deltas throws rather than reading through the null pointer. A null array of 0 values is an empty
 // array (an empty std::vector's data() may be null): fine for 0 tokens, a count error otherwise.
 const std::int32_t* const kNull32 = nullptr;
 const std::int64_t* const kNull64 = nullptr;
