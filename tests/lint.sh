@@ -43,13 +43,15 @@ else
   # The examples and the benchmark reach apply*, layouts (batch, varlen), cache, on-the-fly rows,
   # dtypes, dispatch and every kernel, parallel, reference, hf_config, scaling and analysis. These
   # tests cover the rest: rerotate, multi_axis, xpos, linear_attention, gradients, convert_weights,
-  # tensor_map and context parallelism (test_layouts), the fused prologues and norm kernels
-  # (test_fusion), and the caller tables and compat/ front ends (tests/interop).
+  # tensor_map and context parallelism (test_layouts), the fused prologues, norm kernels and their
+  # refusals (test_fusion, test_fusion_errors), and the caller tables and compat/ front ends
+  # (tests/interop).
   tidy_files=(examples/*.cpp benchmarks/*.cpp
-              tests/numerics/test_rerotate.cpp tests/variants/test_multi_axis.cpp tests/variants/test_xpos.cpp
+              tests/numerics/test_rerotate.cpp tests/variants/test_multi_axis.cpp
+              tests/variants/test_multi_axis_calls.cpp tests/variants/test_xpos.cpp
               tests/variants/test_linear_attention.cpp tests/numerics/test_gradients.cpp
               tests/variants/test_convert_weights.cpp tests/api/test_layouts.cpp
-              tests/api/test_fusion.cpp tests/interop/*.cpp)
+              tests/api/test_fusion.cpp tests/api/test_fusion_errors.cpp tests/interop/*.cpp)
 fi
 
 # Slowest first, so that the two jobs end together (clang-tidy seconds on one Zen 4 core, in brackets):

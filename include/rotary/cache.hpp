@@ -8,7 +8,7 @@
 // Exactness: the angle m*theta_j is reduced in double-double turns (detail/exact_angle.hpp), so each
 // float entry is the correctly rounded cos/sin of the exact angle at any int64 position. Double
 // entries are within about 2 ulp up to |m| ~ 2^53; beyond, the ~106-bit theta/(2 pi) bounds them by
-// about |m| * 2^-100 (5e-14 at INT64_MAX - 1, as tests/numerics/test_edge_cases.cpp reports). Float-angle
+// about |m| * 2^-100 (5e-14 at INT64_MAX - 1; tests/numerics/test_edge_integers.cpp). Float-angle
 // pipelines (HF, ggml: float(m)*float(theta)) are off in the first digit by position 2^24.
 #ifndef ROTARY_CACHE_HPP
 #define ROTARY_CACHE_HPP

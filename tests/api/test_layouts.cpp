@@ -534,7 +534,7 @@ TEST(LayoutsErrors, NameTheArgumentAndValue) {
 
 // A batched call reads more than its inputs: a per-token positions array, a caller's cos/sin table.
 // When the batch folds into one run the caller's array reaches the kernels as it is, so an output
-// over it was overwritten before it was read (wrong rows, out-of-cache reads); the whole call is now
+// over it would be overwritten before it is read (wrong rows, out-of-cache reads): the whole call is
 // checked, every output against every read, before any sequence is written. cu_seqlens is read into
 // the sequence lengths before any write: an output over it is no hazard and is accepted.
 TEST(LayoutsErrors, OutputsApartFromWhatTheCallReads) {

@@ -378,11 +378,11 @@ struct SmallCase {
 };
 
 // position_ids are checked over the whole call before any batch is written. The front ends rotate one
-// batch per call, and a bad id in the last batch used to throw only after the first batch was written
-// (in place: the input destroyed), with its index counted within its batch ("positions[1]" for
-// position_ids[1][1]). For the opset-23 op and the contrib op with [B, S] ids, 3-D and 4-D, in place and
-// out of place: the call throws, names the entry of position_ids and the cache size, and changes no
-// buffer.
+// batch per call: a bad id in the last batch must throw before the first batch is written (in place,
+// that would destroy the input) and be named by its entry of position_ids, not by its index within its
+// batch ("positions[1]" for position_ids[1][1]). For the opset-23 op and the contrib op with [B, S]
+// ids, 3-D and 4-D, in place and out of place: the call throws, names the entry of position_ids and
+// the cache size, and changes no buffer.
 TEST(Onnx, BadPositionIdInLastBatchWritesNothing) {
   const std::int64_t b = 2, s = 2, h = 2, d = 4, max_pos = 3, half = d / 2;
   const SmallCase c(b * s * h * d, max_pos * half, 700);

@@ -207,7 +207,7 @@ TEST(Kernels, UncheckedEqualsChecked) {
   EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
 }
 
-// Buffers ending at guard pages: the apply_strided row of test_guard_pages' table (every head_dim
+// Buffers ending at guard pages: the apply_strided row of test_guard_pages_rows' table (every head_dim
 // here and more, every ISA and storage type, both ends of the buffers).
 
 TEST(Kernels, ZeroTokensIsANoOp) {

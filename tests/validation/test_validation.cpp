@@ -3,7 +3,7 @@
 // variants assert the same conditions in debug builds. This file covers the checks no other test
 // pins down by message (test_errors: spec, cache, apply; test_layouts: batch and varlen shapes,
 // cu_seqlens, sequence positions; test_scaling / test_hf_config: rope parameters and configs;
-// test_simd: ISA names and set_max_isa; test_edge_cases: negative and int64-limit positions).
+// test_dispatch: ISA names and set_max_isa; test_edge_integers: negative and int64-limit positions).
 // README's "Checked and unchecked entry points" table lists what each entry point validates.
 #include <gtest/gtest.h>
 
@@ -313,7 +313,7 @@ TEST_F(Validation, LayoutsNotCoveredElsewhere) {
 }
 
 // Null index arrays: every checked entry point that takes positions, cu_seqlens, AxisPositions or
-// deltas throws (it used to read through the null pointer). A null array of 0 values is an empty
+// deltas throws rather than reading through the null pointer. A null array of 0 values is an empty
 // array (an empty std::vector's data() may be null): fine for 0 tokens, a count error otherwise.
 const std::int32_t* const kNull32 = nullptr;
 const std::int64_t* const kNull64 = nullptr;

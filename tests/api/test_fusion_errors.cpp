@@ -1,0 +1,658 @@
+// What the fused prologues (fusion.hpp, kv_cache.hpp) refuse, by message: slots, sequence overflow,
+// scales, shapes, eps, weights, memory shared between caches and vectors; and two caches in one
+// buffer, whose rows meet exactly when their bytes do.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <iostream>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <rotary/rotary.hpp>
+
+#include "support.hpp"
+
+namespace {
+
+using rotary::fp8_e4m3;
+using rotary::HeadNorm;
+using rotary::KvCacheView;
+using rotary::NormWeight;
+using rotary::Pairing;
+using rotary::Positions;
+using rotary::Prologue;
+using rotary::Slots;
+using rotary::StridedLayout;
+
+template <class T>
+bool same_bytes(const std::vector<T>& a, const std::vector<T>& b) {
+  // memcmp's pointers must be non-null even for zero bytes; an empty vector's data() may be null.
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
+}
+
+// ---- refusals -----------------------------------------------------------------------------------------
+
+// Slots outside the cache or twice, sequence overflow, scales missing or given, fp8 scale <= 0,
+// shapes, head_dim, caches sharing memory with the vectors or each other, eps, weights, deinterleave
+// with an interleaved rotator, xPos keys, slot values inside the cache they place rows in (the
+// unfused write too). fp8's scales (only read) may share memory with inputs and weights.
+
+// Duplicate slots are found both ways Slots::check looks for them: pairwise (up to 16 tokens, no
+// allocation) and sorted (more); padding (negative) may repeat; the message names the slot.
+TEST(FusedErrors, DuplicateSlotsAtEveryCallSize) {
+  for (const std::int64_t tokens : {2, 3, 16, 17, 64}) {
+    std::vector<std::int64_t> map(static_cast<std::size_t>(tokens));
+    for (std::int64_t t = 0; t < tokens; ++t) map[static_cast<std::size_t>(t)] = t % 3 == 1 ? -1 : 3 * t;
+    EXPECT_EQ(Slots(map).check(tokens, 4 * tokens + 8, 8), "") << tokens << " tokens";
+    for (const std::int64_t at : {std::int64_t{0}, tokens / 2, tokens - 1}) {
+      std::vector<std::int64_t> dup = map;
+      const std::int64_t other = at == 0 ? tokens - 1 : 0;
+      dup[static_cast<std::size_t>(other)] = 3 * tokens + 5;
+      dup[static_cast<std::size_t>(at)] = 3 * tokens + 5;
+      const std::string m = Slots(dup).check(tokens, 4 * tokens + 8, 8);
+      EXPECT_NE(m.find("writes slot " + std::to_string(3 * tokens + 5) + " twice"), std::string::npos)
+          << tokens << " tokens, duplicate at " << other << " and " << at << ": \"" << m << "\"";
+    }
+  }
+}
+
+TEST(FusedErrors, RefusesBadCallsWithClearMessages) {
+  using rotary_test::expect_error;
+  const std::int64_t T_ = 3, H = 2, D = 8;
+  const rotary::Rope<float> rope(rotary::RotarySpec(D), 64);
+  std::vector<float> q(T_ * H * D, 1.0f), k(T_ * H * D, 1.0f), v(T_ * H * D, 1.0f);
+  std::vector<float> kc(2 * 4 * H * D), vc(kc.size());
+  const StridedLayout l{T_, H, H * D, D};
+  const auto kv = KvCacheView<float>::paged(kc.data(), 2, 4, H, D);
+  const auto vv = KvCacheView<float>::paged(vc.data(), 2, 4, H, D);
+  const auto call = [&](const std::vector<std::int64_t>& slots, const KvCacheView<float>& kcache,
+                        const KvCacheView<float>& vcache) {
+    rotary::rope_kv_write(rope, q.data(), l, k.data(), l, v.data(), l, Positions::contiguous(0), Slots(slots), kcache,
+                          vcache);
+  };
+  expect_error([&] { call({0, 8, 1}, kv, vv); }, {"slot_mapping[1] (8)", "outside the cache's 8 slots"});
+  expect_error([&] { call({2, 5, 2}, kv, vv); }, {"slot 2 twice"});
+  expect_error([&] { call({0, 1}, kv, vv); }, {"slot_mapping has 2 values for 3 tokens"});
+  expect_error([&] { call({0, 1, 2}, kv, kv); }, {"k_cache and v_cache share memory"});
+  expect_error([&] { call({0, 1, 2}, KvCacheView<float>::paged(q.data(), 1, 3, H, D), vv); }, {"share memory"});
+  // inputs apart from the other tensor's cache too: k read while v_cache is written, v while k_cache is
+  expect_error([&] { call({0, 1, 2}, kv, KvCacheView<float>::paged(k.data(), 1, 3, H, D)); },
+               {"k and v_cache share memory"});
+  expect_error([&] { call({0, 1, 2}, KvCacheView<float>::paged(v.data(), 1, 3, H, D), vv); },
+               {"v and k_cache share memory"});
+  {  // k rotated to its own output over v, which is still to be read into v_cache
+    const std::vector<std::int64_t> slots = {0, 1, 2};
+    rotary::Prologue<float, float, float> c;
+    c.rotate_q_in_place(q.data(), l);
+    c.write_kv(k.data(), l, v.data(), l, kv, vv, Slots(slots));
+    c.k_out = v.data();
+    c.k_out_layout = l;
+    expect_error([&] { rotary::rope_prologue(rope, c, Positions::contiguous(0)); }, {"k output and v share memory"});
+  }
+  expect_error([&] { KvCacheView<float>::paged(kc.data(), 2, 4, H, D, kc.data()); }, {"scales given"});
+  expect_error([&] { KvCacheView<std::int8_t>::paged(nullptr, 2, 4, H, D); }, {"data is null"});
+  std::vector<std::int8_t> k8(kc.size());
+  expect_error([&] { KvCacheView<std::int8_t>::paged(k8.data(), 2, 4, H, D); }, {"int8 KV cache needs scales"});
+  std::vector<fp8_e4m3> k8f(kc.size());
+  std::vector<float> bad_scales = {1.0f, 0.0f};
+  expect_error([&] { KvCacheView<fp8_e4m3>::paged(k8f.data(), 2, 4, H, D, bad_scales.data()); },
+               {"fp8 KV cache scales[1] (0)", "> 0"});
+  bad_scales[1] = 1e-40f;  // subnormal: 1 / scale would be infinite
+  expect_error([&] { KvCacheView<fp8_e4m3>::paged(k8f.data(), 2, 4, H, D, bad_scales.data()); },
+               {"fp8 KV cache scales[1]", "not subnormal"});
+  expect_error([&] { KvCacheView<float>::strided(kc.data(), 2, 4, H, D, 64, 8, 4); }, {"rows of one block overlap"});
+  expect_error([&] { call({0, 1, 2}, kv, KvCacheView<float>::paged(vc.data(), 1, 4, H, 16)); },
+               {"v rows overlap"});  // v's rows read as 16 wide
+  std::vector<std::int32_t> seqlens = {2};
+  expect_error(
+      [&] {
+        rotary::rope_kv_write(rope, q.data(), l, k.data(), l, v.data(), l, Positions::contiguous(0),
+                              Slots::sequences(seqlens.data(), 1, 3), kv, vv);
+      },
+      {"cache_seqlens[0] (2) + 3 new tokens does not fit the 4 slots"});
+  expect_error([&] { call({0, 1, 2}, KvCacheView<float>::paged(kc.data(), 2, 4, H, 6), vv); },
+               {"k_cache head_dim (6) is not the rotator's (8)"});
+  const std::vector<float> w(D, 1.0f);
+  expect_error(
+      [&] {
+        rotary::qk_norm_rope(rope, q.data(), l, k.data(), l, rotary::QkNorm<float>{w.data(), w.data(), 0.0f},
+                             Positions::contiguous(0));
+      },
+      {"q_norm eps (0) must be finite and > 0"});
+  expect_error(
+      [&] {
+        rotary::qk_norm_rope(rope, q.data(), l, k.data(), l, rotary::QkNorm<float>{w.data(), nullptr, 1e-6f},
+                             Positions::contiguous(0));
+      },
+      {"k_norm has no weight"});
+  expect_error(
+      [&] {
+        rotary::qk_norm_rope(rope, q.data(), l, q.data() + D, l, rotary::QkNorm<float>{w.data(), w.data(), 1e-6f},
+                             Positions::contiguous(0));
+      },
+      {"overlap"});
+  expect_error(
+      [&] {
+        rotary::rope_kv_write(rope, q.data(), l, k.data(), l, v.data(), l, Positions::contiguous(62),
+                              Slots(std::vector<std::int64_t>{0, 1, 2}), kv, vv);
+      },
+      {"position 64", "outside the cache"});
+  const rotary::Rope<float> inter(rotary::RotarySpec(D, Pairing::interleaved), 64);
+  std::vector<float> mla(2 * 4 * (16 + D));
+  expect_error(
+      [&] {
+        rotary::mla_rope(inter, q.data(), rotary::MlaQuery{T_, 1, 8}, k.data(), 0, v.data(), 0,
+                         Positions::contiguous(0), Slots(std::vector<std::int64_t>{0, 1, 2}),
+                         KvCacheView<float>::paged(mla.data(), 2, 4, 1, 16 + D), true);
+      },
+      {"deinterleave", "half_split rotator"});
+}
+
+// Two caches interleaved in one buffer without sharing a row are one cache pair: FlashInfer's pages
+// [blocks, 2, block_size, heads, D] (k's block, then v's) and slot rows [heads, 2, D] (k's head h,
+// then v's). Both were refused ("share memory"); they give the bytes of two separate caches.
+TEST(Fused, InterleavedCachePairsEqualSeparateCaches) {
+  const std::int64_t T_ = 5, H = 2, D = 8, B = 3, S = 4;
+  const rotary::Rope<float> rope(rotary::RotarySpec(D), 64);
+  std::mt19937_64 rng(rotary_test::seed() + 77);
+  const std::vector<float> q0 = rotary_test::random_vector<float>(static_cast<std::size_t>(T_ * H * D), rng);
+  const std::vector<float> k = rotary_test::random_vector<float>(q0.size(), rng);
+  const std::vector<float> v = rotary_test::random_vector<float>(q0.size(), rng);
+  const StridedLayout l{T_, H, H * D, D};
+  const std::vector<std::int64_t> slots = {0, 5, 6, 11, -1};
+  std::vector<float> q = q0;
+  std::vector<float> kc(B * S * H * D), vc(kc.size());
+  rotary::rope_kv_write(rope, q.data(), l, k.data(), l, v.data(), l, Positions::contiguous(3), Slots(slots),
+                        KvCacheView<float>::paged(kc.data(), B, S, H, D),
+                        KvCacheView<float>::paged(vc.data(), B, S, H, D));
+  struct Pair {
+    const char* name;
+    std::ptrdiff_t v_offset, block_stride, slot_stride, head_stride;
+  };
+  for (const Pair& p : {Pair{"FlashInfer pages", S * H * D, 2 * S * H * D, H * D, D},
+                        Pair{"heads [2, D]", D, S * H * 2 * D, H * 2 * D, 2 * D}}) {
+    SCOPED_TRACE(p.name);
+    std::vector<float> buf(static_cast<std::size_t>(2 * B * S * H * D), 0.0f);  // as kc and vc
+    const auto kp = KvCacheView<float>::strided(buf.data(), B, S, H, D, p.block_stride, p.slot_stride, p.head_stride);
+    const auto vp = KvCacheView<float>::strided(buf.data() + p.v_offset, B, S, H, D, p.block_stride, p.slot_stride,
+                                                p.head_stride);
+    std::vector<float> q2 = q0;
+    rotary::rope_kv_write(rope, q2.data(), l, k.data(), l, v.data(), l, Positions::contiguous(3), Slots(slots), kp, vp);
+    EXPECT_TRUE(rotary_test::same_bits(q2, q));
+    for (std::int64_t slot = 0; slot < B * S; ++slot)
+      for (std::int64_t h = 0; h < H; ++h) {
+        EXPECT_EQ(std::memcmp(kp.row(slot, h), kc.data() + (slot * H + h) * D, D * sizeof(float)), 0) << slot;
+        EXPECT_EQ(std::memcmp(vp.row(slot, h), vc.data() + (slot * H + h) * D, D * sizeof(float)), 0) << slot;
+      }
+  }
+}
+
+// What a call reads while it writes other buffers: cache scales, norm weights, a second cache beside
+// the first, sequence counts. Each case below was accepted before (wrong values or UB, no error).
+TEST(FusedErrors, ScalesWeightsAndCachesSideBySide) {
+  using rotary_test::expect_error;
+  using I8 = KvCacheView<std::int8_t>;
+  const std::int64_t T_ = 3, H = 2, D = 8, B = 2, S = 4;
+  const rotary::Rope<float> rope(rotary::RotarySpec(D), 64);
+  std::vector<float> q(T_ * H * D, 1.0f), k(q.size(), 1.0f), v(q.size(), 1.0f);
+  const StridedLayout l{T_, H, H * D, D};
+  const std::vector<std::int64_t> slots = {0, 1, 2};
+  std::vector<std::int8_t> kc(B * S * H * D), vc(kc.size());
+  std::vector<float> ks(B * S * H), vs(ks.size());
+  const auto call = [&](const auto& kcache, const auto& vcache) {
+    rotary::rope_kv_write(rope, q.data(), l, k.data(), l, v.data(), l, Positions::contiguous(0), Slots(slots), kcache,
+                          vcache);
+  };
+  const auto kv = I8::paged(kc.data(), B, S, H, D, ks.data());
+  const auto vv = I8::paged(vc.data(), B, S, H, D, vs.data());
+  // int8 scales are written: one array per cache, apart from every tensor and from both caches' codes
+  expect_error([&] { call(kv, I8::paged(vc.data(), B, S, H, D, ks.data())); }, {"k_cache and v_cache share scales"});
+  expect_error([&] { call(I8::paged(kc.data(), B, S, H, D, q.data()), vv); },
+               {"q output and k_cache's scales share memory"});
+  // cppcheck-suppress invalidPointerCast  ; deliberate: a value array placed inside another buffer
+  expect_error([&] { call(I8::paged(kc.data(), B, S, H, D, reinterpret_cast<float*>(vc.data())), vv); },
+               {"k_cache's scales and v_cache share memory"});
+  // cppcheck-suppress invalidPointerCast  ; deliberate: a value array placed inside another buffer
+  expect_error([&] { call(kv, I8::paged(vc.data(), B, S, H, D, reinterpret_cast<float*>(kc.data()))); },
+               {"v_cache's scales and k_cache share memory"});
+  // cppcheck-suppress invalidPointerCast  ; deliberate: a value array placed inside another buffer
+  expect_error([&] { I8::paged(kc.data(), B, S, H, D, reinterpret_cast<float*>(kc.data() + 64)); },
+               {"KV cache scales share memory with its data"});
+  expect_error([&] { rotary::write_kv_cache(k.data(), l, Slots(slots), I8::paged(kc.data(), B, S, H, D, k.data())); },
+               {"x and cache's scales share memory"});
+  {  // fp8's per-head scales are only read: one array for both caches gives the bytes of two
+    std::vector<fp8_e4m3> k8(kc.size()), v8(kc.size()), k8b(kc.size()), v8b(kc.size());
+    std::vector<float> hs = {0.5f, 0.25f}, hs2 = hs;
+    using F8 = KvCacheView<fp8_e4m3>;
+    call(F8::paged(k8.data(), B, S, H, D, hs.data()), F8::paged(v8.data(), B, S, H, D, hs.data()));
+    call(F8::paged(k8b.data(), B, S, H, D, hs.data()), F8::paged(v8b.data(), B, S, H, D, hs2.data()));
+    EXPECT_EQ(std::memcmp(k8.data(), k8b.data(), k8.size()), 0);
+    EXPECT_EQ(std::memcmp(v8.data(), v8b.data(), v8.size()), 0);
+  }
+  // norm weights are read for every row: not inside anything the call writes
+  const std::vector<float> w(D, 1.0f);
+  expect_error(
+      [&] {
+        rotary::qk_norm_rope(rope, q.data(), l, k.data(), l, rotary::QkNorm<float>{q.data() + D, w.data(), 1e-6f},
+                             Positions::contiguous(0));
+      },
+      {"q_norm weight and q output share memory"});
+  expect_error(
+      [&] {
+        rotary::qk_norm_rope(rope, q.data(), l, k.data(), l, rotary::QkNorm<float>{w.data(), k.data() + 3, 1e-6f},
+                             Positions::contiguous(0));
+      },
+      {"k_norm weight and k output share memory"});
+  expect_error([&] { rotary::rms_norm(q.data(), l, q.data(), l, D, HeadNorm<float>::rms(q.data() + 5, 1e-6f)); },
+               {"norm weight and out share memory"});
+  {  // two caches in the same slot rows, but a block of the pair is longer than the block stride: k's
+     // slot 1 is v's slot 0 (each view alone is valid)
+    const StridedLayout one{T_, 1, D, D};
+    std::vector<float> buf(10 * D);
+    const auto kb = KvCacheView<float>::strided(buf.data(), 8, 1, 1, D, D, 4 * D, D);
+    const auto vb = KvCacheView<float>::strided(buf.data() + D, 8, 1, 1, D, D, 4 * D, D);
+    expect_error(
+        [&] {
+          rotary::rope_kv_write(rope, q.data(), one, k.data(), one, v.data(), one, Positions::contiguous(0),
+                                Slots(slots), kb, vb);
+        },
+        {"k_cache and v_cache share memory"});
+    // side by side within blocks long enough: accepted (k's and v's heads alternating in one slot row,
+    // and FlashInfer's pages [blocks, 2, block_size, heads, D], are below)
+    const auto kw = KvCacheView<float>::strided(buf.data(), 4, 1, 1, D, 2 * D, 4 * D, D);
+    const auto vw = KvCacheView<float>::strided(buf.data() + D, 4, 1, 1, D, 2 * D, 4 * D, D);
+    rotary::rope_kv_write(rope, q.data(), one, k.data(), one, v.data(), one, Positions::contiguous(0), Slots(slots),
+                          kw, vw);
+  }
+  {  // mla_rope checks the whole cache it is given (a view filled field by field skips the factory)
+    std::vector<float> mla(2 * 2 * (8 + D));
+    KvCacheView<float> cv;
+    cv.data = mla.data();
+    cv.blocks = 2;
+    cv.block_size = 2;
+    cv.heads = 1;
+    cv.head_dim = 8 + D;
+    cv.slot_stride = 8 + D;
+    cv.head_stride = 8 + D;
+    cv.block_stride = 28;  // < the 32 values a block spans (the latent's and k_pe's parts, 24 each, fit)
+    expect_error(
+        [&] {
+          rotary::mla_rope(rope, q.data(), rotary::MlaQuery{T_, 1, 8}, k.data(), 0, v.data(), 0,
+                           Positions::contiguous(0), Slots(slots), cv, false);
+        },
+        {"MLA cache: KV cache blocks overlap"});
+  }
+  // sequence slots: counts whose product overflows int64 are refused, not wrapped; 0 tokens per
+  // sequence is a sequence count, not a mapping
+  const std::vector<std::int32_t> seqlens = {0, 0};
+  EXPECT_NE(Slots::sequences(seqlens.data(), std::int64_t{1} << 32, std::int64_t{1} << 32).check(0, 16, 4), "");
+  EXPECT_NE(Slots::sequences(seqlens.data(), (std::int64_t{1} << 62) + 1, 4).check(4, 64, 16).find("sequences x 4"),
+            std::string::npos);
+  EXPECT_EQ(Slots::sequences(seqlens.data(), 2, 0).check(0, 16, 4), "");
+  EXPECT_EQ(Slots::sequences(seqlens.data(), 2, 0).check(2, 16, 4), "sequence slots: 2 sequences x 0 tokens != 2 tokens");
+  // read_cache_row is checked
+  std::vector<float> row(D);
+  expect_error([&] { rotary::read_cache_row(kv, 999, 0, row.data()); }, {"read_cache_row: slot 999"});
+  expect_error([&] { rotary::read_cache_row(kv, 0, H, row.data()); }, {"outside the cache's 8 slots x 2 heads"});
+  {  // the slot mapping and a positions array are read while the call writes: apart from every output
+    std::vector<float> fc(B * S * H * D), fv(fc.size());
+    const auto fk = KvCacheView<float>::paged(fc.data(), B, S, H, D);
+    const auto fvv = KvCacheView<float>::paged(fv.data(), B, S, H, D);
+    std::memcpy(fc.data() + 40, slots.data(), slots.size() * sizeof(std::int64_t));
+    // cppcheck-suppress invalidPointerCast  ; deliberate: a value array placed inside another buffer
+    const auto* in_cache = reinterpret_cast<const std::int64_t*>(fc.data() + 40);
+    expect_error(
+        [&] {
+          rotary::rope_kv_write(rope, q.data(), l, k.data(), l, v.data(), l, Positions::contiguous(0),
+                                Slots::mapping(in_cache, T_), fk, fvv);
+        },
+        {"k_cache and the slots share memory"});
+    std::memcpy(q.data() + 20, slots.data(), slots.size() * sizeof(std::int64_t));
+    // cppcheck-suppress invalidPointerCast  ; deliberate: a value array placed inside another buffer
+    const auto* in_q = reinterpret_cast<const std::int64_t*>(q.data() + 20);
+    expect_error(
+        [&] {
+          rotary::rope_kv_write(rope, q.data(), l, k.data(), l, v.data(), l, Positions(in_q, T_), Slots(slots), fk,
+                                fvv);
+        },
+        {"q output and positions share memory"});
+    std::fill(q.begin(), q.end(), 1.0f);
+  }
+  {  // with no q, k's problems are named as k's
+    Prologue<float, float, float> c;
+    c.k = k.data();
+    c.k_layout = {T_, H, H * D, 4};
+    c.k_out = k.data();
+    c.k_out_layout = c.k_layout;
+    try {
+      rotary::rope_prologue(rope, c, Positions::contiguous(0));
+      ADD_FAILURE() << "overlapping k rows accepted";
+    } catch (const rotary::error& e) {
+      EXPECT_EQ(std::string(e.what()).find("q "), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("k "), std::string::npos) << e.what();
+    }
+  }
+}
+
+// The unfused write reads each token's slot again when it writes that token's rows, after the rows
+// (and int8 scales) of the tokens before it: slot values inside the cache were checked once, then
+// written over. Below, token 0's row lands on slot_mapping[1] and makes it negative (token 1 was
+// dropped without an error); other row values sent token 1's row outside the cache. Each view is
+// valid alone; the call is refused, and slots just past the cache are accepted.
+TEST(FusedErrors, UnfusedWriteRefusesSlotsInsideTheCache) {
+  using rotary_test::expect_error;
+  const std::int64_t D = 4;
+  const StridedLayout two{2, 1, D, D};
+  const std::vector<float> x = {1.0f, 2.0f, 3.0f, -1.0f, 5.0f, 6.0f, 7.0f, 8.0f};
+  const std::vector<std::int64_t> map = {1, 2};
+  std::vector<float> buf(5 * D, 0.0f);  // 4 slots of one head, then room for the mapping
+  const auto cache = KvCacheView<float>::paged(buf.data(), 1, 4, 1, D);
+  std::memcpy(buf.data() + D, map.data(), map.size() * sizeof(std::int64_t));  // slot 1's row
+  // cppcheck-suppress invalidPointerCast  ; deliberate: a value array placed inside another buffer
+  const auto* in_row = reinterpret_cast<const std::int64_t*>(buf.data() + D);
+  expect_error([&] { rotary::write_kv_cache(x.data(), two, Slots::mapping(in_row, 2), cache); },
+               {"cache and the slots share memory"});
+  std::memcpy(buf.data() + 4 * D, map.data(), map.size() * sizeof(std::int64_t));  // past the cache
+  // cppcheck-suppress invalidPointerCast  ; deliberate: a value array placed inside another buffer
+  const auto* after = reinterpret_cast<const std::int64_t*>(buf.data() + 4 * D);
+  rotary::write_kv_cache(x.data(), two, Slots::mapping(after, 2), cache);
+  EXPECT_EQ(std::memcmp(cache.row(1, 0), x.data(), D * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(cache.row(2, 0), x.data() + D, D * sizeof(float)), 0);
+  {  // an int8 cache writes a scale per row: the mapping inside the scales (token 0 writes scales[2],
+     // the low half of slot_mapping[1])
+    std::vector<std::int8_t> codes(4 * D);
+    std::vector<float> scales(4, 0.0f);
+    const std::vector<std::int64_t> down = {2, 0};
+    std::memcpy(scales.data(), down.data(), down.size() * sizeof(std::int64_t));
+    // cppcheck-suppress invalidPointerCast  ; deliberate: a value array placed inside another buffer
+    const auto* in_scales = reinterpret_cast<const std::int64_t*>(scales.data());
+    const std::vector<float> zeros(2 * D, 0.0f);
+    expect_error(
+        [&] {
+          rotary::write_kv_cache(zeros.data(), two, Slots::mapping(in_scales, 2),
+                                 KvCacheView<std::int8_t>::paged(codes.data(), 1, 4, 1, D, scales.data()));
+        },
+        {"cache's scales and the slots share memory"});
+  }
+  // cache_seqlens (int32 and int64) inside the cache: read for every token too
+  std::vector<float> seq(2 * 4 * D, 0.0f);  // zeros: every sequence holds 0 tokens
+  const auto seq_cache = KvCacheView<float>::paged(seq.data(), 2, 4, 1, D);
+  // cppcheck-suppress invalidPointerCast  ; deliberate: a value array placed inside another buffer
+  const auto* lens32 = reinterpret_cast<const std::int32_t*>(seq.data() + 7 * D);
+  // cppcheck-suppress invalidPointerCast  ; deliberate: a value array placed inside another buffer
+  const auto* lens64 = reinterpret_cast<const std::int64_t*>(seq.data() + 6 * D);
+  expect_error([&] { rotary::write_kv_cache(x.data(), two, Slots::sequences(lens32, 1, 2), seq_cache); },
+               {"cache and the slots share memory"});
+  expect_error([&] { rotary::write_kv_cache(x.data(), two, Slots::sequences(lens64, 2, 1), seq_cache); },
+               {"cache and the slots share memory"});
+}
+
+// fp8's per-head scales are only read: a norm weight or an input in the same memory is only read
+// too. Both were refused ("q_norm weight and k_cache's scales share memory (the call writes them)",
+// "v and v_cache's scales share memory"); they give the bytes of separate copies. An output over
+// them is still refused.
+TEST(Fused, Fp8ScalesMayShareMemoryWithWhatIsRead) {
+  using F8 = KvCacheView<fp8_e4m3>;
+  const std::int64_t T_ = 3, H = 2, D = 8, B = 2, S = 4;
+  const rotary::Rope<float> rope(rotary::RotarySpec(D), 64);
+  std::mt19937_64 rng(rotary_test::seed() + 91);
+  const auto n = static_cast<std::size_t>(T_ * H * D);
+  const std::vector<float> q0 = rotary_test::random_vector<float>(n, rng);
+  const std::vector<float> k = rotary_test::random_vector<float>(n, rng);
+  // > 0: the first values of v and of the norm weights are fp8 scales too (a view's scales are float*)
+  std::vector<float> v = rotary_test::random_vector<float>(n, rng, 0.25, 2.0);
+  std::vector<float> w = rotary_test::random_vector<float>(static_cast<std::size_t>(D), rng, 0.25, 2.0);
+  const std::vector<float> v_copy = v, w_copy = w;
+  const StridedLayout l{T_, H, H * D, D};
+  const std::vector<std::int64_t> slots = {0, 5, 6};
+  struct Out {
+    std::vector<float> q;
+    std::vector<fp8_e4m3> kc, vc;
+  };
+  // k_cache's scales are the norm weights' first values, v_cache's those of v's first row
+  const auto run = [&](const float* weight, float* k_scales, float* v_scales) {
+    Out o{q0, std::vector<fp8_e4m3>(static_cast<std::size_t>(B * S * H * D)), {}};
+    o.vc = o.kc;
+    Prologue<float, fp8_e4m3, float> c;
+    c.rotate_q_in_place(o.q.data(), l);
+    c.write_kv(k.data(), l, v.data(), l, F8::paged(o.kc.data(), B, S, H, D, k_scales),
+               F8::paged(o.vc.data(), B, S, H, D, v_scales), Slots(slots));
+    c.norm_before_rope(rotary::QkNorm<float>{weight, weight, 1e-6f});
+    rotary::rope_prologue(rope, c, Positions::contiguous(2));
+    return o;
+  };
+  std::vector<float> k_scales = {w[0], w[1]}, v_scales = {v[0], v[1]};  // the same values, apart
+  const Out apart = run(w_copy.data(), k_scales.data(), v_scales.data());
+  const auto same_as_apart = [&](const char* what, const float* weight, float* ks, float* vs) {
+    try {
+      const Out o = run(weight, ks, vs);
+      EXPECT_TRUE(same_bytes(o.q, apart.q) && same_bytes(o.kc, apart.kc) && same_bytes(o.vc, apart.vc)) << what;
+    } catch (const rotary::error& e) {
+      ADD_FAILURE() << what << ": " << e.what();
+    }
+  };
+  same_as_apart("norm weights holding k_cache's scales", w.data(), w.data(), v_scales.data());
+  same_as_apart("v holding v_cache's scales", w_copy.data(), k_scales.data(), v.data());
+  same_as_apart("both", w.data(), w.data(), v.data());
+  // other scales give other codes (the comparison above is not vacuous)
+  std::vector<float> swapped = {v[1], v[0]};
+  EXPECT_FALSE(same_bytes(run(w_copy.data(), k_scales.data(), swapped.data()).vc, apart.vc));
+  {  // the unfused write: x holding the scales
+    std::vector<fp8_e4m3> a(static_cast<std::size_t>(B * S * H * D)), b(a.size());
+    rotary::write_kv_cache(v.data(), l, Slots(slots), F8::paged(a.data(), B, S, H, D, v.data() + D));
+    std::vector<float> x_scales = {v[D], v[D + 1]};
+    rotary::write_kv_cache(v_copy.data(), l, Slots(slots), F8::paged(b.data(), B, S, H, D, x_scales.data()));
+    EXPECT_TRUE(same_bytes(a, b));
+  }
+  std::vector<float> q = q0;  // q rotated in place is written: its rows may not hold scales
+  q[D] = 0.5f;
+  q[D + 1] = 0.25f;
+  std::vector<fp8_e4m3> kc(static_cast<std::size_t>(B * S * H * D)), vc(kc.size());
+  rotary_test::expect_error(
+      [&] {
+        rotary::rope_kv_write(rope, q.data(), l, k.data(), l, v.data(), l, Positions::contiguous(2), Slots(slots),
+                              F8::paged(kc.data(), B, S, H, D, q.data() + D), F8::paged(vc.data(), B, S, H, D, w.data()));
+      },
+      {"q output and k_cache's scales share memory"});
+}
+
+// ---- two caches in one buffer -----------------------------------------------------------------------
+
+// The check of whether two caches' rows meet against a byte-level overlap of thousands of random
+// view pairs; interleaved caches of 2^40 blocks or 2^30 slots decided without walking them.
+
+// One block's geometry: block_size slots x heads rows of head_dim, element strides.
+struct BlockShape {
+  std::int64_t block_size = 1, heads = 1, head_dim = 1;
+  std::ptrdiff_t slot_stride = 0, head_stride = 0;
+  std::int64_t span() const { return (block_size - 1) * slot_stride + (heads - 1) * head_stride + head_dim; }
+};
+
+// A random block whose rows nest (either axis inside), with slack between rows that is sometimes wide
+// enough for another cache's rows to sit in it; an axis of one row gets any stride.
+BlockShape random_block(std::mt19937_64& rng) {
+  const auto pick = [&rng](std::int64_t lo, std::int64_t hi) {
+    return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng);
+  };
+  BlockShape s;
+  s.block_size = pick(1, 4);
+  s.heads = pick(1, 3);
+  s.head_dim = pick(1, 5);
+  const bool heads_inside = pick(0, 1) == 1;
+  const std::int64_t n_inner = heads_inside ? s.heads : s.block_size;
+  const std::int64_t n_outer = heads_inside ? s.block_size : s.heads;
+  const std::ptrdiff_t inner = n_inner > 1 ? s.head_dim + pick(0, 2 * s.head_dim) : pick(0, 9);
+  const std::ptrdiff_t outer =
+      n_outer > 1 ? (n_inner - 1) * inner + s.head_dim + pick(0, 2 * s.head_dim + 2) : pick(0, 40);
+  (heads_inside ? s.head_stride : s.slot_stride) = inner;
+  (heads_inside ? s.slot_stride : s.head_stride) = outer;
+  return s;
+}
+
+// b: the same slot and head axes as a (as they are, or with the two axes' roles swapped) with its own
+// head_dim that still nests in them, or a random block of its own.
+BlockShape partner_block(const BlockShape& a, std::mt19937_64& rng) {
+  const auto pick = [&rng](std::int64_t lo, std::int64_t hi) {
+    return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng);
+  };
+  if (pick(0, 3) == 0) return random_block(rng);
+  BlockShape b = a;
+  if (pick(0, 1) == 1) {
+    std::swap(b.block_size, b.heads);
+    std::swap(b.slot_stride, b.head_stride);
+  }
+  // the largest head_dim whose rows still nest: below every stride of an axis of more than one row,
+  // and within the outer stride after the inner axis' rows
+  std::int64_t most = 8;
+  const bool slot_inner = b.slot_stride <= b.head_stride;
+  if (b.block_size > 1) most = std::min<std::int64_t>(most, b.slot_stride);
+  if (b.heads > 1) most = std::min<std::int64_t>(most, b.head_stride);
+  if (b.block_size > 1 && b.heads > 1)
+    most = std::min<std::int64_t>(most, slot_inner ? b.head_stride - (b.block_size - 1) * b.slot_stride
+                                                   : b.slot_stride - (b.heads - 1) * b.head_stride);
+  b.head_dim = pick(1, most);
+  return b;
+}
+
+template <class E>
+KvCacheView<E> view_of(E* data, std::int64_t blocks, std::ptrdiff_t block_stride, const BlockShape& s) {
+  return KvCacheView<E>::strided(data, blocks, s.block_size, s.heads, s.head_dim, block_stride, s.slot_stride,
+                                 s.head_stride);
+}
+
+// Whether two views of one buffer share a byte, by marking every byte of the first's rows.
+template <class E>
+bool bytes_shared(const E* buf, std::size_t size, const KvCacheView<E>& a, const KvCacheView<E>& b) {
+  std::vector<char> used(size * sizeof(E), 0);
+  const auto bytes = [&](const KvCacheView<E>& c, bool mark) {
+    for (std::int64_t slot = 0; slot < c.slots(); ++slot)
+      for (std::int64_t h = 0; h < c.heads; ++h) {
+        const auto at = static_cast<std::size_t>(reinterpret_cast<const char*>(c.row(slot, h)) -
+                                                 reinterpret_cast<const char*>(buf));
+        for (std::size_t i = 0; i < static_cast<std::size_t>(c.head_dim) * sizeof(E); ++i) {
+          if (!mark && used[at + i] != 0) return true;
+          used[at + i] = 1;
+        }
+      }
+    return false;
+  };
+  bytes(a, true);
+  return bytes(b, false);
+}
+
+template <class E>
+void check_cache_pairs(std::mt19937_64& rng) {
+  const auto pick = [&rng](std::int64_t lo, std::int64_t hi) {
+    return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng);
+  };
+  int apart = 0, interleaved = 0, shared = 0;
+  for (int i = 0; i < 4000; ++i) {
+    const BlockShape sa = random_block(rng);
+    const BlockShape sb = partner_block(sa, rng);
+    const std::int64_t blocks = pick(1, 4);
+    // one block stride for both: each block within it, sometimes room for the other cache's block
+    const std::ptrdiff_t block_stride = std::max(sa.span(), sb.span()) + pick(0, sb.span() + 3);
+    const bool same_blocks = pick(0, 7) != 0;  // else block counts or strides differ: refusal allowed
+    const std::int64_t blocks_b = same_blocks ? blocks : pick(1, 4);
+    const std::ptrdiff_t stride_b = same_blocks ? block_stride : block_stride + pick(0, 3);
+    const std::int64_t at_a = pick(0, 3);
+    const std::int64_t at_b = pick(0, std::max(sa.span(), block_stride) + 3);
+    const std::size_t size = static_cast<std::size_t>(
+        std::max(at_a + (blocks - 1) * block_stride + sa.span(), at_b + (blocks_b - 1) * stride_b + sb.span()));
+    std::vector<E> buf(size);
+    const auto a = view_of(buf.data() + at_a, blocks, block_stride, sa);
+    const auto b = view_of(buf.data() + at_b, blocks_b, stride_b, sb);
+    const bool bytes = bytes_shared(buf.data(), size, a, b);
+    const bool rows_ab = rotary::detail::caches_share_rows(a, b);
+    const bool rows_ba = rotary::detail::caches_share_rows(b, a);
+    const auto what = [&] {
+      return rotary::detail::concat("case ", i, ": blocks ", blocks, "/", blocks_b, " x stride ", block_stride, "/",
+                                    stride_b, "; a at ", at_a, ": ", sa.block_size, " slots x ", sa.heads,
+                                    " heads of ", sa.head_dim, ", strides ", sa.slot_stride, "/", sa.head_stride,
+                                    "; b at ", at_b, ": ", sb.block_size, " x ", sb.heads, " of ", sb.head_dim, ", ",
+                                    sb.slot_stride, "/", sb.head_stride, " ", rotary_test::seed_note());
+    };
+    if (same_blocks) {
+      ASSERT_EQ(rows_ab, bytes) << what();
+      ASSERT_EQ(rows_ba, bytes) << what();
+    } else if (bytes) {  // never accepted when rows meet
+      ASSERT_TRUE(rows_ab && rows_ba) << what();
+    }
+    const bool extents_meet = rotary::detail::overlap(a.extent(), b.extent());
+    apart += extents_meet ? 0 : 1;
+    interleaved += extents_meet && !bytes ? 1 : 0;
+    shared += bytes ? 1 : 0;
+  }
+  // each kind occurs often enough to mean something
+  EXPECT_GT(apart, 200);
+  EXPECT_GT(interleaved, 200);
+  EXPECT_GT(shared, 200);
+}
+
+TEST(CachePairs, RowsMeetExactlyWhenBytesDo) {
+  std::mt19937_64 rng(rotary_test::seed() + 5);
+  check_cache_pairs<float>(rng);
+  check_cache_pairs<rotary::f16>(rng);
+  check_cache_pairs<double>(rng);
+}
+
+// Interleaved caches of model sizes, as views (nothing is read or written through them; one block
+// pair of memory backs their first rows): FlashInfer's pages [blocks, 2, 16, 8, 128] at 100k and 2^40
+// blocks, k and v heads alternating ([heads, 2, 128]) in one block of 2^30 slots, MLA's [512 | 64]
+// rows in 2^40 blocks. The check walked every block (2^40 did not finish) and every row of a block;
+// it is O(1) now. Moved by one element, the caches share rows. Then a 1-token call over 100k pages.
+TEST(CachePairs, ManyBlocksAndSlotsAreDecidedWithoutAWalk) {
+  if (sizeof(void*) < 8) GTEST_SKIP() << "views of more than 4 GiB";
+  using rotary::detail::caches_share_rows;
+  const std::int64_t S = 16, H = 8, D = 128;
+  std::vector<float> pair(static_cast<std::size_t>(2 * S * H * D));
+  for (const std::int64_t blocks : {std::int64_t{100000}, std::int64_t{1} << 40}) {
+    const auto view = [&](std::ptrdiff_t at) {
+      return KvCacheView<float>::strided(pair.data() + at, blocks, S, H, D, 2 * S * H * D, H * D, D);
+    };
+    EXPECT_FALSE(caches_share_rows(view(0), view(S * H * D))) << blocks;
+    EXPECT_FALSE(caches_share_rows(view(S * H * D), view(0))) << blocks;
+    EXPECT_TRUE(caches_share_rows(view(0), view(S * H * D - 1))) << blocks;
+    EXPECT_TRUE(caches_share_rows(view(1), view(S * H * D))) << blocks;
+  }
+  const std::int64_t slots = std::int64_t{1} << 30;
+  const auto alternating = [&](std::ptrdiff_t at) {
+    return KvCacheView<float>::strided(pair.data() + at, 1, slots, H, D, slots * H * 2 * D, H * 2 * D, 2 * D);
+  };
+  EXPECT_FALSE(caches_share_rows(alternating(0), alternating(D)));
+  EXPECT_TRUE(caches_share_rows(alternating(0), alternating(D - 1)));
+  EXPECT_TRUE(caches_share_rows(alternating(D + 1), alternating(0)));
+  const std::int64_t mla_blocks = std::int64_t{1} << 40, mla_slots = 4;  // [blocks, 4, 512 + 64]
+  const auto mla = [&](std::ptrdiff_t at, std::int64_t dim) {
+    return KvCacheView<float>::strided(pair.data() + at, mla_blocks, mla_slots, 1, dim, mla_slots * 576, 576, dim);
+  };
+  EXPECT_FALSE(caches_share_rows(mla(0, 512), mla(512, 64)));
+  EXPECT_TRUE(caches_share_rows(mla(0, 512), mla(511, 64)));
+
+  // a decode step over 100k FlashInfer pages (2 slots of one head of 4): the bytes of separate caches
+  const std::int64_t B = 100000, P = 2, d = 4;
+  const rotary::Rope<float> rope(rotary::RotarySpec(d), 64);
+  const std::vector<float> q0 = {0.5f, -1.0f, 2.0f, 0.25f}, k = {1.0f, 2.0f, -3.0f, 4.0f}, v = {5.0f, 6.0f, 7.0f, 8.0f};
+  const StridedLayout one{1, 1, d, d};
+  const std::vector<std::int64_t> slot = {2 * B - 1};
+  std::vector<float> buf(static_cast<std::size_t>(B * 2 * P * d), 0.0f), kc(buf.size() / 2), vc(kc.size());
+  std::vector<float> q = q0, q_sep = q0;
+  rotary::rope_kv_write(rope, q.data(), one, k.data(), one, v.data(), one, Positions::contiguous(9), Slots(slot),
+                        KvCacheView<float>::strided(buf.data(), B, P, 1, d, 2 * P * d, d, d),
+                        KvCacheView<float>::strided(buf.data() + P * d, B, P, 1, d, 2 * P * d, d, d));
+  rotary::rope_kv_write(rope, q_sep.data(), one, k.data(), one, v.data(), one, Positions::contiguous(9), Slots(slot),
+                        KvCacheView<float>::paged(kc.data(), B, P, 1, d), KvCacheView<float>::paged(vc.data(), B, P, 1, d));
+  EXPECT_TRUE(same_bytes(q, q_sep));
+  const std::size_t last = buf.size() - 2 * P * d;  // the last page: k's 2 slots, then v's
+  EXPECT_EQ(std::memcmp(buf.data() + last + d, kc.data() + kc.size() - d, d * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(buf.data() + last + 3 * d, vc.data() + vc.size() - d, d * sizeof(float)), 0);
+  EXPECT_EQ(std::count(buf.begin(), buf.end(), 0.0f), static_cast<std::ptrdiff_t>(buf.size()) - 2 * d);
+}
+
+}  // namespace
