@@ -218,10 +218,10 @@ bool caches_share_rows(const KvCacheView<E>& a, const KvCacheView<E>& b) noexcep
     if (off >= xa.span || off <= -xb.span) return false;  // these two blocks' spans are apart
     if (xa.same_axes(xb)) return block_rows_meet(xa, xa.n - 1, off, xa.row, xb.row);
     const auto block_rows = [](const KvCacheView<E>& c) {
-      return RowSet(c.data, c.head_dim, {{"slot", c.block_size, c.slot_stride}, {"head", c.heads, c.head_stride}});
+      return StridedRows(c.data, c.head_dim, {{"slot", c.block_size, c.slot_stride}, {"head", c.heads, c.head_stride}});
     };
-    const RowSet ra = block_rows(a);
-    RowSet rb = block_rows(b);
+    const StridedRows ra = block_rows(a);
+    StridedRows rb = block_rows(b);
     rb.base = ra.base + static_cast<std::uintptr_t>(off);
     SharedRows shared;
     return first_shared(ra, rb, shared);
@@ -240,18 +240,24 @@ bool caches_share_rows(const KvCacheView<E>& a, const KvCacheView<E>& b) noexcep
          (q + 1 >= -reach && q + 1 <= reach && blocks_meet(r - period));
 }
 
+// The rows a prologue writes for q and k (no heads: empty).
+template <class T, class E, class W>
+StridedRows q_out_rows(const Prologue<T, E, W>& c, std::int64_t head_dim) noexcept {
+  return token_rows(c.q_out, head_dim, c.tokens(), c.q_out_layout.token_stride, c.q_layout.heads,
+                    c.q_out_layout.head_stride);
+}
+template <class T, class E, class W>
+StridedRows k_out_rows(const Prologue<T, E, W>& c, std::int64_t head_dim) noexcept {
+  return token_rows(c.k_out, head_dim, c.tokens(), c.k_out_layout.token_stride, c.k_layout.heads,
+                    c.k_out_layout.head_stride);
+}
+
 // "" or which buffer the call writes (outputs, caches, int8 scales) overlaps which read (positions,
 // a caller's table, the slots).
 template <class T, class E, class W>
 std::string check_prologue_reads(const Prologue<T, E, W>& c, std::int64_t head_dim, const ReadExtents& reads) {
-  const std::int64_t tokens = c.tokens();
-  const Extent q_out = c.q_layout.heads > 0 ? extent_of(c.q_out, tokens, c.q_layout.heads, c.q_out_layout.token_stride,
-                                                         c.q_out_layout.head_stride, head_dim)
-                                             : Extent{};
-  const Extent k_out = c.k_out_layout.heads > 0
-                           ? extent_of(c.k_out, tokens, c.k_layout.heads, c.k_out_layout.token_stride,
-                                       c.k_out_layout.head_stride, head_dim)
-                           : Extent{};
+  const Extent q_out = q_out_rows(c, head_dim).extent();
+  const Extent k_out = c.k_out_layout.heads > 0 ? k_out_rows(c, head_dim).extent() : Extent{};
   const std::pair<const char*, Extent> written[] = {{"q output", q_out},
                                                     {"k output", k_out},
                                                     {"k_cache", c.k_cache.extent()},
@@ -327,13 +333,11 @@ std::string check_prologue(const Prologue<T, E, W>& c, std::int64_t head_dim, st
         !m.empty())
       return m;
     // an output written while v is read: apart, or other heads of the same token rows (packed qkv)
+    const StridedRows v_rows =
+        token_rows(c.v, c.v_cache.head_dim, tokens, c.v_layout.token_stride, c.v_layout.heads, c.v_layout.head_stride);
     const auto clashes = [&](const T* out, std::int64_t heads, const StridedLayout& ol) {
-      return overlap(extent_of(out, tokens, heads, ol.token_stride, ol.head_stride, head_dim),
-                     extent_of(c.v, tokens, c.v_layout.heads, c.v_layout.token_stride, c.v_layout.head_stride,
-                               c.v_cache.head_dim)) &&
-             !(head_dim == c.v_cache.head_dim &&
-               heads_apart(out, heads, ol.token_stride, ol.head_stride, c.v, c.v_layout.heads,
-                           c.v_layout.token_stride, c.v_layout.head_stride, tokens, head_dim));
+      return !token_rows(out, head_dim, tokens, ol.token_stride, heads, ol.head_stride)
+                  .apart(v_rows);
     };
     if (q && clashes(c.q_out, c.q_layout.heads, c.q_out_layout)) return "q output and v share memory";
     if (k_out && clashes(c.k_out, c.k_layout.heads, c.k_out_layout)) return "k output and v share memory";
@@ -387,21 +391,15 @@ std::string check_prologue(const Prologue<T, E, W>& c, std::int64_t head_dim, st
     const char* wname = named.first;  // (not a structured binding: C++17 lambdas cannot capture those)
     const HeadNorm<W>& norm = named.second;
     if (!norm.enabled || norm.weight == nullptr) continue;
-    const Extent w = extent_of(norm.weight, 1, 1, 0, 0, head_dim);
+    const Extent w = StridedRows(norm.weight, head_dim, {}).extent();
     const auto hits = [&](const char* other, const char* part, const Extent& x) {
       return overlap(w, x) ? concat(wname, " and ", other, part, " share memory (the call writes them)")
                            : std::string();
     };
-    if (std::string m = q ? hits("q output", "", extent_of(c.q_out, tokens, c.q_layout.heads,
-                                                           c.q_out_layout.token_stride, c.q_out_layout.head_stride,
-                                                           head_dim))
-                          : std::string();
+    if (std::string m = q ? hits("q output", "", q_out_rows(c, head_dim).extent()) : std::string();
         !m.empty())
       return m;
-    if (std::string m = k_out ? hits("k output", "", extent_of(c.k_out, tokens, c.k_layout.heads,
-                                                               c.k_out_layout.token_stride,
-                                                               c.k_out_layout.head_stride, head_dim))
-                              : std::string();
+    if (std::string m = k_out ? hits("k output", "", k_out_rows(c, head_dim).extent()) : std::string();
         !m.empty())
       return m;
     for (const auto& [cname, cache] : {std::pair<const char*, const KvCacheView<E>&>{"k_cache", c.k_cache},
@@ -889,9 +887,10 @@ void rms_norm(const T* x, const StridedLayout& x_layout, T* out, const StridedLa
   if (m.empty()) m = detail::check_norm("norm", norm);
   if (m.empty() && !norm.enabled) m = "norm is not enabled (HeadNorm::rms or HeadNorm::weightless)";
   if (m.empty() && norm.weight != nullptr &&
-      detail::overlap(detail::extent_of(norm.weight, 1, 1, 0, 0, n),
-                      detail::extent_of(out, out_layout.tokens, out_layout.heads, out_layout.token_stride,
-                                        out_layout.head_stride, n)))
+      detail::overlap(detail::StridedRows(norm.weight, n, {}).extent(),
+                      detail::token_rows(out, n, out_layout.tokens, out_layout.token_stride, out_layout.heads,
+                                         out_layout.head_stride)
+                          .extent()))
     m = "norm weight and out share memory (the weight is read for every row)";
   if (!m.empty()) throw error(m);
   const detail::PreparedNorm<T> prepared(norm, n);

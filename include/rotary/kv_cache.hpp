@@ -186,7 +186,8 @@ struct KvCacheView {
     if (!detail::span_fits({{blocks, block_stride}, {block_size, slot_stride}, {heads, head_stride}}, head_dim,
                            sizeof(E)))
       return "KV cache spans more than PTRDIFF_MAX bytes";
-    if (!detail::rows_disjoint(block_size, heads, slot_stride, head_stride, head_dim))
+    if (!detail::StridedRows(data, head_dim, {{"slot", block_size, slot_stride}, {"head", heads, head_stride}})
+             .rows_disjoint())
       return concat("KV cache rows of one block overlap (slot stride ", slot_stride, ", head stride ",
                     head_stride, ", head_dim ", head_dim, ")");
     const std::int64_t block_span = (block_size - 1) * slot_stride + (heads - 1) * head_stride + head_dim;
@@ -380,7 +381,7 @@ float inverse_head_scale(const KvCacheView<E>& c, std::int64_t h) noexcept {
 template <class T, class E>
 std::string check_cache_apart(const Name& name, const T* p, const StridedLayout& l, std::int64_t head_dim,
                               const char* cache_name, const KvCacheView<E>& c, bool written = false) {
-  const Extent x = extent_of(p, l.tokens, l.heads, l.token_stride, l.head_stride, head_dim);
+  const Extent x = token_rows(p, head_dim, l.tokens, l.token_stride, l.heads, l.head_stride).extent();
   if (overlap(x, c.extent()))
     return concat(name, " and ", cache_name, " share memory (the cache must be its own buffer)");
   if (overlap(x, written ? c.scales_extent() : c.written_scales_extent()))

@@ -799,7 +799,7 @@ struct TableAxisRows {
     std::size_t n = axis_positions_reads(rope->axis_map(), *positions, tokens, r);
     const CosSinTableView<E>& tab = rope->table();
     const auto rows = [&tab](const E* p) {
-      return tab.rows() > 0 ? extent_of(p, tab.rows(), 1, tab.row_stride(), 0, tab.half()) : Extent{};
+      return tab.rows() > 0 ? StridedRows(p, tab.half(), {{"row", tab.rows(), tab.row_stride()}}).extent() : Extent{};
     };
     r[n++] = ReadExtent{"the cos table", rows(tab.cos())};
     r[n] = ReadExtent{"the sin table", rows(tab.sin())};

@@ -229,7 +229,8 @@ inline std::string check_table_positions(const Positions& p, std::int64_t tokens
 template <class E>
 ReadExtents table_reads(const CosSinTableView<E>& table, const Positions& positions, std::int64_t tokens) noexcept {
   const auto rows = [&table](const E* p) {
-    return table.rows() > 0 ? extent_of(p, table.rows(), 1, table.row_stride(), 0, table.half()) : Extent{};
+    if (table.rows() <= 0) return Extent{};
+    return StridedRows(p, table.half(), {{"row", table.rows(), table.row_stride()}}).extent();
   };
   return {ReadExtent{"positions", positions_extent(positions, tokens)}, ReadExtent{"the cos table", rows(table.cos())},
           ReadExtent{"the sin table", rows(table.sin())}};

@@ -113,9 +113,9 @@ void run_sequences(const char* op, const T* x, T* out, const std::vector<std::in
   // memory with either, checked once over the whole tensor before any work.
   if (std::string m = rd::check_table_span("cos and sin", ts.seqlen_ro, ts.half, ts.half, sizeof(E)); !m.empty())
     throw error(concat(op, ": ", m));
-  const rd::Extent written = rd::extent_of(out, starts.back(), nheads, token, headdim, headdim);
+  const rd::Extent written = rd::token_rows(out, headdim, starts.back(), token, nheads, headdim).extent();
   for (const auto& [table, name] : {std::pair<const E*, const char*>{cos, "cos"}, {sin, "sin"}})
-    if (rd::overlap(written, rd::extent_of(table, ts.seqlen_ro, 1, ts.half, 0, ts.half)))
+    if (rd::overlap(written, rd::StridedRows(table, ts.half, {{"row", ts.seqlen_ro, ts.half}}).extent()))
       throw error(concat(op, ": out overlaps ", name, ": out must not share memory with cos or sin (both are read "
                          "while out is written)"));
   // The offsets are read once, here, before any write: out may even hold them (a sequence written

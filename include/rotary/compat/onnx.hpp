@@ -155,12 +155,11 @@ CosSinTableView<T> checked_table(const T* input, T* output, const Geometry& g, c
   if (m.empty()) m = rd::check_table_span("cos_cache and sin_cache", cache_rows, half, half, sizeof(T));
   if (!m.empty()) throw error(concat(op, ": ", m));
   const auto table = CosSinTableView<T>::separate(cos_cache, sin_cache, cache_rows, half);
-  const rd::Extent written = rd::batch_extent(output, out.shape, out.strides);
+  const rd::Extent written = rd::batch_rows(out).extent();
   for (const auto& [cache, name] :
        {std::pair<const T*, const char*>{table.cos(), "cos_cache"}, {table.sin(), "sin_cache"}}) {
-    if (!rd::overlap(written, rd::extent_of(cache, table.rows(), 1, table.row_stride(), 0, table.half())))
-      continue;
-    const rd::RowSet rows(cache, table.half(), {{"row", table.rows(), table.row_stride()}});
+    const rd::StridedRows rows(cache, table.half(), {{"row", table.rows(), table.row_stride()}});
+    if (!rd::overlap(written, rows.extent())) continue;
     throw error(concat(op, ": output overlaps ", name, ": ",
                        rd::where_views_meet("output", rd::batch_rows(out), name, rows),
                        "; output must not share memory with cos_cache or sin_cache (both are read while "
@@ -206,7 +205,7 @@ void check_ids_apart(const std::int64_t* ids, std::int64_t count, const T* outpu
   namespace rd = rotary::detail;
   if (count == 0) return;
   const BatchView<const T> out = whole_view(output, g);
-  const rd::Extent written = rd::batch_extent(out.data, out.shape, out.strides);
+  const rd::Extent written = rd::batch_rows(out).extent();
   const auto lo = reinterpret_cast<std::uintptr_t>(ids);
   const rd::Extent read{lo, lo + static_cast<std::uintptr_t>(count) * sizeof(std::int64_t)};
   if (!rd::overlap(written, read)) return;

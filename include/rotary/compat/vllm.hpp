@@ -58,12 +58,12 @@ void rotary_embedding_strided(const std::int64_t* positions, std::int64_t num_to
   // Query and key are rewritten in place while the cache is read: neither may share memory with it.
   // The driver refuses that as well, in its own terms ("output of q and the cos table"); this names
   // the arguments. Views the driver will refuse are left to it; a null key (no key) has none to check.
-  const rd::Extent cache = rd::extent_of(cos_sin_cache, max_position, 1, rot_dim, 0, rot_dim);
+  const rd::Extent cache = rd::StridedRows(cos_sin_cache, rot_dim, {{"row", max_position, rot_dim}}).extent();
   for (const auto& [x, l, name] : {std::tuple<const T*, StridedLayout, const char*>{query, ql, "query"},
                                    {key, kl, "key"}})
     if (x != nullptr &&
         rd::check_view(name, x, l.tokens, l.heads, l.token_stride, l.head_stride, head_size).empty() &&
-        rd::overlap(cache, rd::extent_of(x, l.tokens, l.heads, l.token_stride, l.head_stride, head_size)))
+        rd::overlap(cache, rd::token_rows(x, head_size, l.tokens, l.token_stride, l.heads, l.head_stride).extent()))
       throw error(concat("vllm::rotary_embedding: ", name, " overlaps cos_sin_cache: query and key must not share "
                          "memory with the cache (it is read while they are rotated in place)"));
   apply_qk_strided(rope, query, ql, query, ql, key, kl, key, kl, Positions(positions, num_tokens));

@@ -49,33 +49,10 @@ inline std::string check_cu_seqlens(const CuSeqlens& cu, std::int64_t total, std
   return {};
 }
 
-// Rows of a 4-d view are pairwise disjoint (sufficient condition: strides nest).
-inline bool batch_rows_disjoint(const BatchShape& s, const BatchStrides& st) noexcept {
-  if (s.batch == 0 || s.seq == 0 || s.heads == 0) return true;  // no rows (dense strides may be 0)
-  std::array<std::pair<std::ptrdiff_t, std::int64_t>, 3> ax{
-      {{st.batch, s.batch}, {st.seq, s.seq}, {st.head, s.heads}}};
-  std::sort(ax.begin(), ax.end());
-  std::ptrdiff_t reach = s.head_dim;  // extent of one block of the inner axes
-  for (const auto& [stride, count] : ax) {
-    if (count <= 1) continue;
-    if (stride < reach) return false;
-    reach += stride * (count - 1);
-  }
-  return true;
-}
-
+// The rows of a batch view.
 template <class T>
-Extent batch_extent(const T* p, const BatchShape& s, const BatchStrides& st) noexcept {
-  if (s.batch == 0 || s.seq == 0 || s.heads == 0) return {};
-  const auto lo = reinterpret_cast<std::uintptr_t>(p);
-  const std::int64_t last = (s.batch - 1) * st.batch + (s.seq - 1) * st.seq + (s.heads - 1) * st.head + s.head_dim;
-  return {lo, lo + static_cast<std::uintptr_t>(last) * sizeof(T)};
-}
-
-// The rows of a batch view, for overlap messages.
-template <class T>
-RowSet batch_rows(const BatchView<T>& v) noexcept {
-  return RowSet(v.data, v.shape.head_dim,
+StridedRows batch_rows(const BatchView<T>& v) noexcept {
+  return StridedRows(v.data, v.shape.head_dim,
                 {{"batch", v.shape.batch, v.strides.batch},
                  {"token", v.shape.seq, v.strides.seq},
                  {"head", v.shape.heads, v.strides.head}});
@@ -96,20 +73,12 @@ std::string check_batch_view(const std::string& name, const BatchView<T>& v, std
     return concat(name, " spans more than PTRDIFF_MAX bytes (strides: batch ", v.strides.batch, ", seq ",
                   v.strides.seq, ", head ", v.strides.head, "; shape ", s.batch, " x ", s.seq, " x ", s.heads,
                   "): no buffer is that large");
-  if (!batch_rows_disjoint(s, v.strides))
+  if (const StridedRows rows = batch_rows(v); !rows.rows_disjoint())
     return rows_overlap_message(
-        name, batch_rows(v),
+        name, rows,
         concat("strides (batch ", v.strides.batch, ", seq ", v.strides.seq, ", head ", v.strides.head,
                "), head_dim ", s.head_dim, "; shape ", s.batch, " x ", s.seq, " x ", s.heads));
   return {};
-}
-
-template <class T>
-bool same_view(const BatchView<const T>& in, const BatchView<T>& out) noexcept {
-  return in.data == out.data && in.strides.batch == out.strides.batch && in.strides.seq == out.strides.seq &&
-         in.strides.head == out.strides.head && in.shape.batch == out.shape.batch &&
-         in.shape.seq == out.shape.seq && in.shape.heads == out.shape.heads &&
-         in.shape.head_dim == out.shape.head_dim;
 }
 
 template <class T>
@@ -119,43 +88,13 @@ std::string check_in_out(const ViewNames& names, const BatchView<const T>& in, c
   if (a.batch != b.batch || a.seq != b.seq || a.heads != b.heads)
     return concat(names.prefix(), "shape mismatch: input is ", a.batch, " x ", a.seq, " x ", a.heads,
                   ", output is ", b.batch, " x ", b.seq, " x ", b.heads, " (batch x seq x heads)");
-  const bool same = in.data == out.data && in.strides.batch == out.strides.batch &&
-                    in.strides.seq == out.strides.seq && in.strides.head == out.strides.head;
-  if (!same && overlap(batch_extent(in.data, a, in.strides), batch_extent(out.data, b, out.strides)))
+  const StridedRows in_rows = batch_rows(in);
+  const StridedRows out_rows = batch_rows(out);
+  if (!in_rows.same(out_rows) && in_rows.overlaps(out_rows))
     return concat(names.in, " and ", names.out,
                   " overlap: ", where_views_meet(names.in, batch_rows(in), names.out, batch_rows(out)),
                   "; give the same view (in place) or disjoint buffers");
   return {};
-}
-
-// Rows of views a and b (same strides; e.g. q and k heads of one fused QKV buffer) are disjoint
-// when b's heads follow a's (or a's follow b's) inside every token: the union is one view whose
-// rows do not overlap (detail::heads_apart is the same test on one dispatch's tokens x heads views).
-template <class A, class B>
-bool heads_interleave_disjointly(const BatchView<A>& a, const BatchView<B>& b) noexcept {
-  if (a.strides.batch != b.strides.batch || a.strides.seq != b.strides.seq || a.strides.head != b.strides.head ||
-      a.strides.head <= 0)
-    return false;
-  const auto pa = reinterpret_cast<std::uintptr_t>(a.data);
-  const auto pb = reinterpret_cast<std::uintptr_t>(b.data);
-  const bool a_first = pa <= pb;
-  const std::uintptr_t bytes = a_first ? pb - pa : pa - pb;
-  using E = std::remove_const_t<A>;
-  if (bytes % sizeof(E) != 0) return false;
-  const auto e = static_cast<std::ptrdiff_t>(bytes / sizeof(E));
-  if (e % a.strides.head != 0) return false;
-  const std::int64_t gap = e / a.strides.head;
-  const std::int64_t first_heads = a_first ? a.shape.heads : b.shape.heads;
-  if (gap < first_heads) return false;
-  BatchShape u = a.shape;
-  u.heads = gap + (a_first ? b.shape.heads : a.shape.heads);
-  return batch_rows_disjoint(u, a.strides);
-}
-
-template <class A, class B>
-bool rows_apart(const BatchView<A>& a, const BatchView<B>& b) noexcept {
-  return !overlap(batch_extent(a.data, a.shape, a.strides), batch_extent(b.data, b.shape, b.strides)) ||
-         heads_interleave_disjointly(a, b);
 }
 
 // ---- positions of a batch ------------------------------------------------------------------------
@@ -218,9 +157,9 @@ std::string check_batch_reads_apart(const BatchView<T>& q_out, const Name& q_nam
                                     const Name& k_name, const ReadExtents& reads) {
   for (const ReadExtent& r : reads) {
     if (r.name == nullptr) continue;
-    if (overlap(batch_extent(q_out.data, q_out.shape, q_out.strides), r.x))
+    if (overlap(batch_rows(q_out).extent(), r.x))
       return concat(q_name, " and ", r.name, " share memory (", r.name, " is read while ", q_name, " is written)");
-    if (k_out != nullptr && overlap(batch_extent(k_out->data, k_out->shape, k_out->strides), r.x))
+    if (k_out != nullptr && overlap(batch_rows(*k_out).extent(), r.x))
       return concat(k_name, " and ", r.name, " share memory (", r.name, " is read while ", k_name, " is written)");
   }
   return {};
@@ -345,8 +284,8 @@ void batch_qk(bool checked, const R& r, const BatchView<const T>& q_in, const Ba
   using P = rotator_positions_t<R>;
   const bool has_k = k_in.shape.heads != 0;  // 0: no key; negative heads are refused below
   // Views are named after the arguments: x (one tensor in place), input and output, or q and k.
-  const ViewNames qn = view_names(has_k ? "q" : "", same_view(q_in, q_out), "x");
-  const ViewNames kn = view_names("k", same_view(k_in, k_out), "x");
+  const ViewNames qn = view_names(has_k ? "q" : "", batch_rows(q_in).same(batch_rows(q_out)), "x");
+  const ViewNames kn = view_names("k", batch_rows(k_in).same(batch_rows(k_out)), "x");
   // Every shape first (no arithmetic on a count before it is known to be sane), then the positions,
   // then every output of the call apart from what the call reads.
   require(checked, [&] {
@@ -431,7 +370,7 @@ void batch_qk(bool checked, const R& r, const BatchView<const T>& q_in, const Ba
     require(checked, [&] {
       std::string clash;
       const auto meet = [&clash](const auto& x, const std::string& x_name, const auto& y, const std::string& y_name) {
-        if (clash.empty() && !rows_apart(x, y))
+        if (clash.empty() && !batch_rows(x).apart(batch_rows(y)))
           clash =
               concat("q and k views overlap: ", where_views_meet(x_name, batch_rows(x), y_name, batch_rows(y)),
                      "; a q output may not share a row with k, nor a k output with q");

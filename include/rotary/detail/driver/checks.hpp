@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "../format.hpp"
+#include "../geometry.hpp"
 #include "../kernels/kernel_args.hpp"
 
 namespace rotary::detail {
@@ -29,40 +30,6 @@ inline bool valid_or_report(const std::string& message) noexcept {
   std::fprintf(stderr, "rotary: %s\n", message.c_str());
   std::fflush(stderr);
   return false;
-}
-
-// Element extent [first, last) spanned by a strided set of rows; {0, 0} when empty.
-struct Extent {
-  std::uintptr_t lo = 0;
-  std::uintptr_t hi = 0;
-};
-
-template <class T>
-Extent extent_of(const T* p, std::int64_t tokens, std::int64_t heads, std::ptrdiff_t ts,
-                 std::ptrdiff_t hs, std::int64_t head_dim) noexcept {
-  if (tokens == 0 || heads == 0) return {};
-  const auto lo = reinterpret_cast<std::uintptr_t>(p);
-  const std::int64_t last = (tokens - 1) * ts + (heads - 1) * hs + head_dim;
-  return {lo, lo + static_cast<std::uintptr_t>(last) * sizeof(T)};
-}
-
-// Rows of one view must not overlap each other: with strides sorted as a (count na) <= b (count nb),
-// a >= head_dim and b >= a*(na-1) + head_dim whenever the counts exceed one. An empty view has no
-// rows (strides computed from a zero-sized shape are often 0).
-inline bool rows_disjoint(std::int64_t tokens, std::int64_t heads, std::ptrdiff_t ts,
-                          std::ptrdiff_t hs, std::int64_t head_dim) noexcept {
-  if (tokens == 0 || heads == 0) return true;
-  std::int64_t n1 = tokens;
-  std::int64_t n2 = heads;
-  std::ptrdiff_t s1 = ts;
-  std::ptrdiff_t s2 = hs;
-  if (n1 <= 1) return n2 <= 1 || s2 >= head_dim;
-  if (n2 <= 1) return s1 >= head_dim;
-  if (s1 > s2) {
-    std::swap(s1, s2);
-    std::swap(n1, n2);
-  }
-  return s1 >= head_dim && s2 >= s1 * (n1 - 1) + head_dim;
 }
 
 // Whether a non-empty view (axes of count >= 1 and stride >= 0, rows of head_dim elements) spans at
@@ -85,156 +52,6 @@ inline bool span_fits(std::initializer_list<std::pair<std::int64_t, std::ptrdiff
 
 // ---- where rows share memory: for messages, computed only once a check has failed ----------------
 
-// The rows of a strided view: n axes (name, count, stride in elements >= 0) and rows of head_dim
-// elements of `element` bytes each, the first at `base`.
-struct RowSet {
-  struct Axis {
-    const char* name;
-    std::int64_t count;
-    std::ptrdiff_t stride;
-  };
-  using Index = std::array<std::int64_t, 3>;
-
-  std::uintptr_t base = 0;
-  std::size_t element = 1;
-  std::int64_t head_dim = 0;
-  int n = 0;
-  std::array<Axis, 3> axes{};
-
-  template <class T>
-  RowSet(const T* p, std::int64_t hd, std::initializer_list<Axis> list) noexcept
-      : base(reinterpret_cast<std::uintptr_t>(p)), element(sizeof(T)), head_dim(hd) {
-    for (const Axis& a : list)
-      if (n < 3) axes[static_cast<std::size_t>(n++)] = a;
-  }
-
-  const Axis& axis(int a) const noexcept { return axes[static_cast<std::size_t>(a)]; }
-  std::int64_t rows() const noexcept {
-    std::int64_t r = 1;
-    for (int a = 0; a < n; ++a) {
-      if (axis(a).count <= 0) return 0;
-      r = axis(a).count > std::numeric_limits<std::int64_t>::max() / r
-              ? std::numeric_limits<std::int64_t>::max()
-              : r * axis(a).count;
-    }
-    return r;
-  }
-  // Elements from the first row's start to the end of the last row.
-  std::int64_t span() const noexcept {
-    std::int64_t e = head_dim;
-    for (int a = 0; a < n; ++a) e += (axis(a).count - 1) * axis(a).stride;
-    return e;
-  }
-  std::uintptr_t start(const Index& i) const noexcept {
-    std::ptrdiff_t e = 0;
-    for (int a = 0; a < n; ++a) e += i[static_cast<std::size_t>(a)] * axis(a).stride;
-    return base + static_cast<std::uintptr_t>(e) * element;
-  }
-  // "(token 1, head 0)"
-  std::string describe(const Index& i) const {
-    std::string s = "(";
-    for (int a = 0; a < n; ++a)
-      s += concat(a > 0 ? ", " : "", axis(a).name, " ", i[static_cast<std::size_t>(a)]);
-    return s + ")";
-  }
-  // The element of row i that holds byte `at`.
-  std::int64_t element_at(const Index& i, std::uintptr_t at) const noexcept {
-    return static_cast<std::int64_t>((at - start(i)) / element);
-  }
-};
-
-// The rows of a view whose rows nest (check_view / rows_disjoint passed), in address order: the axes
-// from the largest stride to the smallest, like digits.
-class RowWalk {
- public:
-  explicit RowWalk(const RowSet& s) noexcept : s_(s), done_(s.rows() == 0) {
-    for (int a = 0; a < s.n; ++a) order_[static_cast<std::size_t>(a)] = a;
-    std::sort(order_.begin(), order_.begin() + s.n,
-              [&s](int x, int y) { return s.axis(x).stride > s.axis(y).stride; });
-  }
-  bool done() const noexcept { return done_; }
-  const RowSet::Index& index() const noexcept { return i_; }
-  std::uintptr_t begin() const noexcept { return s_.start(i_); }
-  std::uintptr_t end() const noexcept {
-    return begin() + static_cast<std::uintptr_t>(s_.head_dim) * s_.element;
-  }
-  void next() noexcept {
-    for (int k = s_.n - 1; k >= 0; --k) {
-      const int a = order_[static_cast<std::size_t>(k)];
-      if (++i_[static_cast<std::size_t>(a)] < s_.axis(a).count) return;
-      i_[static_cast<std::size_t>(a)] = 0;
-    }
-    done_ = true;
-  }
-
- private:
-  const RowSet& s_;
-  std::array<int, 3> order_{};
-  RowSet::Index i_{};
-  bool done_;
-};
-
-// A byte two rows share: row `a` of one view (or of the view), row `b` of the other (or another).
-struct SharedRows {
-  RowSet::Index a{};
-  RowSet::Index b{};
-  std::uintptr_t at = 0;
-};
-
-// The lowest byte where a row of `x` and a row of `y` share memory, if any; both views' rows must
-// nest. One merge of the two address-ordered walks: O(rows), no allocation.
-inline bool first_shared(const RowSet& x, const RowSet& y, SharedRows& out) noexcept {
-  RowWalk a(x);
-  RowWalk b(y);
-  while (!a.done() && !b.done()) {
-    if (a.end() <= b.begin()) {
-      a.next();
-    } else if (b.end() <= a.begin()) {
-      b.next();
-    } else {
-      out = {a.index(), b.index(), std::max(a.begin(), b.begin())};
-      return true;
-    }
-  }
-  return false;
-}
-
-// Two rows of one view that share memory, with b starting inside a; false if none was found (rows
-// that interleave without sharing, or too many rows to sort).
-inline bool shared_rows(const RowSet& s, SharedRows& out) {
-  const auto row_bytes = static_cast<std::uintptr_t>(s.head_dim) * s.element;
-  for (int a = 0; a < s.n; ++a) {  // the usual mistake: one stride below head_dim
-    if (s.axis(a).count > 1 && s.axis(a).stride < s.head_dim) {
-      out = {};
-      out.b[static_cast<std::size_t>(a)] = 1;
-      out.at = s.start(out.b);
-      return true;
-    }
-  }
-  constexpr std::int64_t kMaxRows = std::int64_t{1} << 16;
-  const std::int64_t rows = s.rows();
-  if (rows > kMaxRows) return false;
-  std::vector<std::pair<std::uintptr_t, RowSet::Index>> starts;
-  starts.reserve(static_cast<std::size_t>(rows));
-  RowSet::Index i{};
-  for (std::int64_t r = 0; r < rows; ++r) {
-    starts.emplace_back(s.start(i), i);
-    for (int a = s.n - 1; a >= 0; --a) {
-      if (++i[static_cast<std::size_t>(a)] < s.axis(a).count) break;
-      i[static_cast<std::size_t>(a)] = 0;
-    }
-  }
-  std::sort(starts.begin(), starts.end());
-  // If any row starts inside an earlier one, some row starts inside the one just before it.
-  for (std::size_t k = 1; k < starts.size(); ++k) {
-    if (starts[k].first < starts[k - 1].first + row_bytes) {
-      out = {starts[k - 1].second, starts[k].second, starts[k].first};
-      return true;
-    }
-  }
-  return false;
-}
-
 // A view's name in messages ("x", "q", "q input", "k_cache"): up to two literal parts, made into a
 // string only when a message is written (checks run on every checked call, messages almost never).
 struct Name {
@@ -255,8 +72,8 @@ inline std::ostream& operator<<(std::ostream& os, const Name& n) { return os << 
 // Where two views whose bounding ranges overlap meet: "<x> (token 0, head 1) element 3 is the same
 // memory as <y> (token 0, head 0) element 0", or, when their rows interleave without sharing an
 // element, the ranges each covers.
-inline std::string where_views_meet(const std::string& x_name, const RowSet& x, const std::string& y_name,
-                                    const RowSet& y) {
+inline std::string where_views_meet(const std::string& x_name, const StridedRows& x, const std::string& y_name,
+                                    const StridedRows& y) {
   SharedRows sh;
   if (first_shared(x, y, sh))
     return concat(x_name, " ", x.describe(sh.a), " element ", x.element_at(sh.a, sh.at),
@@ -273,7 +90,7 @@ inline std::string where_views_meet(const std::string& x_name, const RowSet& x, 
 
 // Why the rows of one view are not disjoint: two rows that share memory, else (rows that interleave)
 // only that the strides do not nest.
-inline std::string rows_overlap_message(const std::string& name, const RowSet& s,
+inline std::string rows_overlap_message(const std::string& name, const StridedRows& s,
                                         const std::string& geometry) {
   SharedRows sh;
   if (shared_rows(s, sh))
@@ -292,22 +109,12 @@ std::string check_view(const Name& name, const T* p, std::int64_t tokens, std::i
   if (tokens > 0 && heads > 0 && !span_fits({{tokens, ts}, {heads, hs}}, head_dim, sizeof(T)))
     return concat(name, " spans more than PTRDIFF_MAX bytes (", tokens, " tokens x token stride ", ts, ", ",
                   heads, " heads x head stride ", hs, ", head_dim ", head_dim, "): no buffer is that large");
-  if (!rows_disjoint(tokens, heads, ts, hs, head_dim))
-    return rows_overlap_message(name, RowSet(p, head_dim, {{"token", tokens, ts}, {"head", heads, hs}}),
+  const StridedRows rows(p, head_dim, {{"token", tokens, ts}, {"head", heads, hs}});
+  if (!rows.rows_disjoint())
+    return rows_overlap_message(name, rows,
                                 concat("token stride ", ts, ", head stride ", hs, ", head_dim ", head_dim,
                                        "; ", tokens, " tokens x ", heads, " heads"));
   return {};
-}
-
-inline bool overlap(const Extent& x, const Extent& y) noexcept { return x.lo < y.hi && y.lo < x.hi; }
-
-template <class T>
-Extent in_extent(const StreamArgs<T>& s, std::int64_t tokens, std::int64_t head_dim) noexcept {
-  return extent_of(s.in, tokens, s.heads, s.in_token_stride, s.in_head_stride, head_dim);
-}
-template <class T>
-Extent out_extent(const StreamArgs<T>& s, std::int64_t tokens, std::int64_t head_dim) noexcept {
-  return extent_of(s.out, tokens, s.heads, s.out_token_stride, s.out_head_stride, head_dim);
 }
 
 // What a row source reads from the caller besides the vectors (a positions array, a caller's cos/sin
@@ -339,26 +146,28 @@ std::string check_reads_apart(const KernelArgs<T>& a, const ReadExtents& reads, 
   for (const ReadExtent& r : reads) {
     if (r.name == nullptr) continue;
     for (const StreamArgs<T>* s : {&a.q, &a.k})
-      if (overlap(out_extent(*s, a.tokens, a.head_dim), r.x))
+      if (overlap(out_rows(*s, a.tokens, a.head_dim).extent(), r.x))
         return concat("output of ", s == &a.k ? "k" : fused ? "q" : x_name, " and ", r.name, " share memory (",
                       r.name, " is read while the output is written)");
   }
   return {};
 }
 
+// The input and output views of a stream.
 template <class T>
-RowSet in_rows(const StreamArgs<T>& s, std::int64_t tokens, std::int64_t head_dim) noexcept {
-  return RowSet(s.in, head_dim, {{"token", tokens, s.in_token_stride}, {"head", s.heads, s.in_head_stride}});
+StridedRows in_rows(const StreamArgs<T>& s, std::int64_t tokens, std::int64_t head_dim) noexcept {
+  return token_rows(s.in, head_dim, tokens, s.in_token_stride, s.heads, s.in_head_stride);
 }
 template <class T>
-RowSet out_rows(const StreamArgs<T>& s, std::int64_t tokens, std::int64_t head_dim) noexcept {
-  return RowSet(s.out, head_dim,
+StridedRows out_rows(const StreamArgs<T>& s, std::int64_t tokens, std::int64_t head_dim) noexcept {
+  return StridedRows(s.out, head_dim,
                 {{"token", tokens, s.out_token_stride}, {"head", s.heads, s.out_head_stride}});
 }
 
+// One view given as input and output: the stream rotates in place.
 template <class T>
-bool in_place(const StreamArgs<T>& s) noexcept {
-  return s.in == s.out && s.in_token_stride == s.out_token_stride && s.in_head_stride == s.out_head_stride;
+bool in_place(const StreamArgs<T>& s, std::int64_t tokens, std::int64_t head_dim) noexcept {
+  return in_rows(s, tokens, head_dim).same(out_rows(s, tokens, head_dim));
 }
 
 // The names of a tensor's views in messages, after the caller's arguments: one view rotated in place
@@ -382,7 +191,7 @@ inline ViewNames view_names(const char* tensor, bool same, const char* x_name) n
 template <class T>
 std::string check_stream(const char* tensor, const StreamArgs<T>& s, std::int64_t tokens,
                          std::int64_t head_dim, const char* x_name) {
-  const bool same = in_place(s);
+  const bool same = in_place(s, tokens, head_dim);
   const ViewNames names = view_names(tensor, same, x_name);
   if (std::string m = check_view(names.in, s.in, tokens, s.heads, s.in_token_stride, s.in_head_stride, head_dim);
       !m.empty() || same)
@@ -390,7 +199,7 @@ std::string check_stream(const char* tensor, const StreamArgs<T>& s, std::int64_
   if (std::string m = check_view(names.out, s.out, tokens, s.heads, s.out_token_stride, s.out_head_stride, head_dim);
       !m.empty())
     return m;
-  if (overlap(in_extent(s, tokens, head_dim), out_extent(s, tokens, head_dim)))
+  if (in_rows(s, tokens, head_dim).overlaps(out_rows(s, tokens, head_dim)))
     return concat(
         names.in, " and ", names.out, " partially overlap: ",
         where_views_meet(names.in, in_rows(s, tokens, head_dim), names.out, out_rows(s, tokens, head_dim)),
@@ -448,32 +257,12 @@ std::string check_positions(const Positions& p, std::int64_t tokens, const CosSi
   return {};
 }
 
-// Two views of one buffer with equal strides whose heads sit side by side inside every token (the
-// q and k heads of a fused QKV projection, [tokens, q_heads + 2 * kv_heads, head_dim]): their rows
-// are disjoint when all of one's heads come before all of the other's, i.e. when the union, one
-// view of gap + heads_b heads, has disjoint rows. Bounding extents of such views always overlap.
-template <class T>
-bool heads_apart(const T* a, std::int64_t a_heads, std::ptrdiff_t a_ts, std::ptrdiff_t a_hs, const T* b,
-                 std::int64_t b_heads, std::ptrdiff_t b_ts, std::ptrdiff_t b_hs, std::int64_t tokens,
-                 std::int64_t head_dim) noexcept {
-  if (a_ts != b_ts || a_hs != b_hs || a_hs <= 0) return false;
-  const auto pa = reinterpret_cast<std::uintptr_t>(a);
-  const auto pb = reinterpret_cast<std::uintptr_t>(b);
-  const bool a_first = pa <= pb;
-  const std::uintptr_t bytes = a_first ? pb - pa : pa - pb;
-  const std::uintptr_t head_bytes = static_cast<std::uintptr_t>(a_hs) * sizeof(T);
-  if (bytes % head_bytes != 0) return false;
-  const auto gap = static_cast<std::int64_t>(bytes / head_bytes);
-  if (gap < (a_first ? a_heads : b_heads)) return false;
-  return rows_disjoint(tokens, gap + (a_first ? b_heads : a_heads), a_ts, a_hs, head_dim);
-}
-
 // The message for two of q's and k's views that share a row the call would write (qk_clash found
 // them). Out of line: the check itself stays small where calls are valid.
 template <class T>
 ROTARY_COLD std::string qk_clash_message(const KernelArgs<T>& a, int x_view, int y_view) {
-  const ViewNames qn = view_names("q", in_place(a.q), "");
-  const ViewNames kn = view_names("k", in_place(a.k), "");
+  const ViewNames qn = view_names("q", in_place(a.q, a.tokens, a.head_dim), "");
+  const ViewNames kn = view_names("k", in_place(a.k, a.tokens, a.head_dim), "");
   const auto rows = [&a](int view) {  // 0: q in, 1: q out, 2: k in, 3: k out
     const StreamArgs<T>& s = view < 2 ? a.q : a.k;
     return view % 2 == 0 ? in_rows(s, a.tokens, a.head_dim) : out_rows(s, a.tokens, a.head_dim);
@@ -487,25 +276,11 @@ ROTARY_COLD std::string qk_clash_message(const KernelArgs<T>& a, int x_view, int
 // a k output with q's input), and where; "" if none.
 template <class T>
 std::string qk_clash(const KernelArgs<T>& a) {
-  struct V {
-    const T* p;
-    std::ptrdiff_t ts;
-    std::ptrdiff_t hs;
-    std::int64_t heads;
-  };
-  const V views[] = {{a.q.in, a.q.in_token_stride, a.q.in_head_stride, a.q.heads},
-                     {a.q.out, a.q.out_token_stride, a.q.out_head_stride, a.q.heads},
-                     {a.k.in, a.k.in_token_stride, a.k.in_head_stride, a.k.heads},
-                     {a.k.out, a.k.out_token_stride, a.k.out_head_stride, a.k.heads}};
+  const StridedRows views[] = {in_rows(a.q, a.tokens, a.head_dim), out_rows(a.q, a.tokens, a.head_dim),
+                               in_rows(a.k, a.tokens, a.head_dim), out_rows(a.k, a.tokens, a.head_dim)};
   constexpr int kPairs[3][2] = {{1, 2}, {1, 3}, {3, 0}};  // q out with k in, q out with k out, k out with q in
-  for (const auto& [i, j] : kPairs) {
-    const V& x = views[i];
-    const V& y = views[j];
-    const Extent ex = extent_of(x.p, a.tokens, x.heads, x.ts, x.hs, a.head_dim);
-    const Extent ey = extent_of(y.p, a.tokens, y.heads, y.ts, y.hs, a.head_dim);
-    if (overlap(ex, ey) && !heads_apart<T>(x.p, x.heads, x.ts, x.hs, y.p, y.heads, y.ts, y.hs, a.tokens, a.head_dim))
-      return qk_clash_message(a, i, j);
-  }
+  for (const auto& [i, j] : kPairs)
+    if (!views[i].apart(views[j])) return qk_clash_message(a, i, j);
   return {};
 }
 

@@ -1,0 +1,173 @@
+// The view geometry behind every overlap and in-place check (detail/geometry.hpp), held against a
+// byte-level brute force: random views of up to three axes over a small arena, every row's elements
+// marked one by one. The O(1) answers must never claim less than the bytes show: an extent covers
+// exactly the rows' bytes, "rows disjoint" means no element is shared, "apart" means two views share
+// no element, "same" means the same rows in the same order; and where strides nest (the views the
+// entry points accept), "rows disjoint" is exact.
+#include <gtest/gtest.h>
+
+#include <rotary/config.hpp>  // the private header below needs a public one first
+#include <rotary/detail/geometry.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "support.hpp"
+
+namespace {
+
+using rotary::detail::StridedRows;
+
+struct Axis {
+  std::int64_t count = 0;
+  std::ptrdiff_t stride = 0;
+};
+
+constexpr std::ptrdiff_t kArena = 4096;
+
+struct View {
+  std::ptrdiff_t offset = 0;  // elements from the arena's start
+  std::int64_t row_len = 1;
+  std::vector<Axis> axes;
+
+  template <class T>
+  StridedRows geometry(const T* arena) const {
+    const auto ax = [this](std::size_t k) { return StridedRows::Axis{"axis", axes[k].count, axes[k].stride}; };
+    switch (axes.size()) {
+      case 1: return StridedRows(arena + offset, row_len, {ax(0)});
+      case 2: return StridedRows(arena + offset, row_len, {ax(0), ax(1)});
+      default: return StridedRows(arena + offset, row_len, {ax(0), ax(1), ax(2)});
+    }
+  }
+  // Element index of every element of every row, rows in order.
+  std::vector<std::ptrdiff_t> elements() const {
+    std::vector<std::ptrdiff_t> out;
+    std::vector<std::int64_t> i(axes.size(), 0);
+    for (const Axis& a : axes)
+      if (a.count == 0) return out;
+    while (true) {
+      std::ptrdiff_t start = offset;
+      for (std::size_t k = 0; k < axes.size(); ++k) start += i[k] * axes[k].stride;
+      for (std::int64_t e = 0; e < row_len; ++e) out.push_back(start + e);
+      std::size_t k = axes.size();
+      while (k > 0 && ++i[k - 1] == axes[k - 1].count) i[--k] = 0;
+      if (k == 0) return out;
+    }
+  }
+};
+
+View random_view(std::mt19937_64& rng, std::size_t n_axes, std::int64_t row_len) {
+  View v;
+  v.row_len = row_len;
+  std::uniform_int_distribution<std::int64_t> count(0, 4);
+  std::uniform_int_distribution<std::ptrdiff_t> stride(0, 24);
+  std::uniform_int_distribution<std::ptrdiff_t> offset(0, 256);
+  v.offset = offset(rng);
+  for (std::size_t k = 0; k < n_axes; ++k) v.axes.push_back({count(rng) == 0 ? 0 : 1 + count(rng), stride(rng)});
+  return v;
+}
+
+bool brute_rows_disjoint(const View& v) {
+  std::vector<int> seen(kArena, 0);
+  for (const std::ptrdiff_t e : v.elements())
+    if (seen[static_cast<std::size_t>(e)]++ != 0) return false;
+  return true;
+}
+
+bool brute_apart(const View& a, const View& b) {
+  std::vector<char> in_a(kArena, 0);
+  for (const std::ptrdiff_t e : a.elements()) in_a[static_cast<std::size_t>(e)] = 1;
+  for (const std::ptrdiff_t e : b.elements())
+    if (in_a[static_cast<std::size_t>(e)] != 0) return false;
+  return true;
+}
+
+// Strides nest when, sorted, each reaches past the inner block: the layouts rotary accepts.
+template <class T>
+void check_one(const View& a, const View& b, const T* arena) {
+  const StridedRows ga = a.geometry(arena);
+  const StridedRows gb = b.geometry(arena);
+  const std::vector<std::ptrdiff_t> ea = a.elements();
+  const auto ex = ga.extent();
+  if (ea.empty()) {
+    EXPECT_EQ(ex.lo, ex.hi);
+  } else {
+    const auto [lo, hi] = std::minmax_element(ea.begin(), ea.end());
+    EXPECT_EQ(ex.lo, reinterpret_cast<std::uintptr_t>(arena + *lo));
+    EXPECT_EQ(ex.hi, reinterpret_cast<std::uintptr_t>(arena + *hi + 1));
+  }
+  const bool disjoint = brute_rows_disjoint(a);
+  if (ga.rows_disjoint()) {
+    EXPECT_TRUE(disjoint);
+  }
+  if (ga.apart(gb)) {
+    EXPECT_TRUE(brute_apart(a, b));
+  }
+  if (ga.same(gb)) {
+    EXPECT_EQ(ea, b.elements());
+  }
+  if (ga.heads_apart(gb)) {
+    EXPECT_TRUE(brute_apart(a, b));
+  }
+}
+
+template <class T>
+void sweep(std::uint64_t seed_offset) {
+  std::mt19937_64 rng(rotary_test::seed() + seed_offset);
+  std::vector<T> arena(static_cast<std::size_t>(kArena));
+  std::uniform_int_distribution<std::int64_t> row_len(1, 8);
+  std::int64_t exact = 0;
+  for (int i = 0; i < 20000; ++i) {
+    const std::size_t n = 1 + static_cast<std::size_t>(i % 3);
+    const std::int64_t len = row_len(rng);
+    const View a = random_view(rng, n, len);
+    View b = random_view(rng, n, len);
+    if (i % 4 == 0) {  // b: the heads next to a's, same strides (a fused QKV buffer), or a itself
+      b.axes = a.axes;
+      b.offset = a.offset + (i % 8 == 0 ? 0 : a.axes.back().stride * (a.axes.back().count + (i % 3)));
+    }
+    SCOPED_TRACE(testing::Message() << "case " << i << " " << rotary_test::seed_note());
+    check_one(a, b, arena.data());
+    // Nesting strides: the O(1) answer is exact.
+    std::vector<Axis> sorted = a.axes;
+    std::sort(sorted.begin(), sorted.end(), [](const Axis& x, const Axis& y) { return x.stride < y.stride; });
+    std::ptrdiff_t reach = a.row_len;
+    bool nests = true;
+    for (const Axis& x : sorted) {
+      if (x.count <= 1) continue;
+      nests = nests && x.stride >= reach;
+      reach += x.stride * (x.count - 1);
+    }
+    if (nests || a.elements().empty()) {
+      EXPECT_TRUE(a.geometry(arena.data()).rows_disjoint());
+      ++exact;
+    } else {
+      EXPECT_FALSE(a.geometry(arena.data()).rows_disjoint());
+    }
+  }
+  EXPECT_GT(exact, 1000);  // the sweep reaches both answers
+}
+
+TEST(Geometry, AgreesWithBytesF32) { sweep<float>(1); }
+TEST(Geometry, AgreesWithBytes16Bit) { sweep<std::uint16_t>(2); }
+
+// The q and k heads of one fused QKV buffer: interleaved inside every token, bounding extents
+// overlapping, rows apart.
+TEST(Geometry, FusedQkvHeadsAreApart) {
+  std::vector<float> qkv(static_cast<std::size_t>(7 * (8 + 2 + 2) * 16));
+  const std::ptrdiff_t ts = (8 + 2 + 2) * 16;
+  const StridedRows q(qkv.data(), 16, {{"token", 7, ts}, {"head", 8, 16}});
+  const StridedRows k(qkv.data() + 8 * 16, 16, {{"token", 7, ts}, {"head", 2, 16}});
+  const StridedRows k_late(qkv.data() + 7 * 16, 16, {{"token", 7, ts}, {"head", 2, 16}});  // on q's last head
+  EXPECT_TRUE(q.overlaps(k));
+  EXPECT_TRUE(q.apart(k));
+  EXPECT_TRUE(k.apart(q));
+  EXPECT_FALSE(q.apart(k_late));
+  EXPECT_TRUE(q.same(StridedRows(qkv.data(), 16, {{"token", 7, ts}, {"head", 8, 16}})));
+  EXPECT_FALSE(q.same(StridedRows(qkv.data(), 16, {{"token", 7, ts}, {"head", 7, 16}})));
+}
+
+}  // namespace
