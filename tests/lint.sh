@@ -30,8 +30,9 @@ bash cmake/deps.sh tests lint
 build=build/lint
 # Header-only (ROTARY_DEV_SEPARATE_KERNELS off): each TU then holds the kernel bodies it calls, where
 # clang-tidy's checks see them.
+# No precompiled header (ROTARY_DEV_PCH): nothing is built here, and clang-tidy reads each TU whole.
 cmake --preset clang -B "$build" -DCMAKE_EXPORT_COMPILE_COMMANDS=ON -DROTARY_PACKAGE_TESTS=OFF \
-  -DROTARY_DEV_SEPARATE_KERNELS=OFF >/dev/null
+  -DROTARY_DEV_SEPARATE_KERNELS=OFF -DROTARY_DEV_PCH=OFF >/dev/null
 jobs=$(nproc)
 
 # The test sources, by topic folder (tests/README.md).

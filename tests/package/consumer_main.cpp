@@ -1,8 +1,14 @@
 // rotary packaging tests: the one program every consumer project builds (add_subdirectory,
-// FetchContent, find_package); ROTARY_CONSUMER_MODE names the mode.
+// FetchContent, find_package), header-only and (find_package's consumer_kernels) linking rotary::kernels;
+// ROTARY_CONSUMER_MODE names the mode.
 // Exits non-zero if rotating 2 tokens x 2 heads of 64 changes any row's norm (relative 1e-5), or
 // changes nothing at all.
 #include <rotary/rotary.hpp>
+
+// The consumer_kernels programs link rotary::kernels, whose interface must define this.
+#if defined(ROTARY_CONSUMER_EXPECT_SEPARATE_KERNELS) && !defined(ROTARY_SEPARATE_KERNELS)
+#error "rotary::kernels did not pass ROTARY_SEPARATE_KERNELS on to its user"
+#endif
 
 #include <cmath>
 #include <cstdio>
