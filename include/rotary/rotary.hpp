@@ -24,6 +24,8 @@
 #include "convert_weights.hpp" // IWYU pragma: export
 #include "gradients.hpp"   // IWYU pragma: export
 #include "analysis.hpp"    // IWYU pragma: export
+#include "axis_map.hpp"    // IWYU pragma: export
+#include "axis_positions.hpp" // IWYU pragma: export
 #include "multi_axis.hpp"  // IWYU pragma: export
 #include "xpos.hpp"        // IWYU pragma: export
 #include "linear_attention.hpp" // IWYU pragma: export
