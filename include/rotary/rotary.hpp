@@ -18,6 +18,7 @@
 #include "apply.hpp"       // IWYU pragma: export
 #include "table.hpp"       // IWYU pragma: export
 #include "reference.hpp"   // IWYU pragma: export
+#include "hf_families.hpp" // IWYU pragma: export
 #include "hf_config.hpp"   // IWYU pragma: export
 #include "scaling.hpp"     // IWYU pragma: export
 #include "rerotate.hpp"    // IWYU pragma: export
