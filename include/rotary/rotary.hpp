@@ -18,12 +18,15 @@
 #include "apply.hpp"       // IWYU pragma: export
 #include "table.hpp"       // IWYU pragma: export
 #include "reference.hpp"   // IWYU pragma: export
+#include "hf_families.hpp" // IWYU pragma: export
 #include "hf_config.hpp"   // IWYU pragma: export
 #include "scaling.hpp"     // IWYU pragma: export
 #include "rerotate.hpp"    // IWYU pragma: export
 #include "convert_weights.hpp" // IWYU pragma: export
 #include "gradients.hpp"   // IWYU pragma: export
 #include "analysis.hpp"    // IWYU pragma: export
+#include "axis_map.hpp"    // IWYU pragma: export
+#include "axis_positions.hpp" // IWYU pragma: export
 #include "multi_axis.hpp"  // IWYU pragma: export
 #include "xpos.hpp"        // IWYU pragma: export
 #include "linear_attention.hpp" // IWYU pragma: export

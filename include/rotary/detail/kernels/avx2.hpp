@@ -57,7 +57,7 @@ struct F32 {
   static ROTARY_AVX2_INLINE V load(const T* p) noexcept { return _mm256_loadu_ps(p); }
   static ROTARY_AVX2_INLINE V set1(C v) noexcept { return _mm256_set1_ps(v); }
   static ROTARY_AVX2_INLINE V add(V a, V b) noexcept { return _mm256_add_ps(a, b); }
-  // The lanes' sum by halving: lane i + lane i + 4, then + 2, then + 1 (simd_body.hpp's norm order).
+  // The lanes' sum by halving: lane i + lane i + 4, then + 2, then + 1 (simd_norm.hpp's order).
   static ROTARY_AVX2_INLINE C reduce(V v) noexcept {
     const __m128 h4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     const __m128 h2 = _mm_add_ps(h4, _mm_movehl_ps(h4, h4));
@@ -243,7 +243,7 @@ ROTARY_AVX2_INLINE void copy_u16(const void* in, void* out, std::int64_t n) noex
   if (rest & 1) std::memcpy(dst + (n - 1), src + (n - 1), sizeof(std::uint16_t));
 }
 
-// KV-cache codes of 8 f32 values (simd_body.hpp's cache_row_impl; quantize.hpp's definitions):
+// KV-cache codes of 8 f32 values (simd_cache_row.hpp's cache_row_impl; quantize.hpp's definitions):
 // rounding by vroundpd/vroundps's immediate (nearest even, not MXCSR), NaN and range tests on the
 // bits (|y| bits are non-negative int32, so the signed compares order them).
 struct CacheOps {
@@ -317,6 +317,8 @@ inline void leave_kernel() noexcept { clear_upper_state(); }
 #define ROTARY_KERNEL_INLINE ROTARY_AVX2_INLINE
 namespace rotary::detail::avx2 {
 #include "simd_body.hpp"
+#include "simd_norm.hpp"
+#include "simd_cache_row.hpp"
 }  // namespace rotary::detail::avx2
 #undef ROTARY_KERNEL_TARGET
 #undef ROTARY_KERNEL_INLINE

@@ -56,7 +56,7 @@ struct F32 {
   static ROTARY_AVX512_INLINE V load(const T* p) noexcept { return _mm512_loadu_ps(p); }
   static ROTARY_AVX512_INLINE V set1(C v) noexcept { return _mm512_set1_ps(v); }
   static ROTARY_AVX512_INLINE V add(V a, V b) noexcept { return _mm512_add_ps(a, b); }
-  // The lanes' sum by halving: lane i + lane i + 8, then + 4, + 2, + 1 (simd_body.hpp's norm order).
+  // The lanes' sum by halving: lane i + lane i + 8, then + 4, + 2, + 1 (simd_norm.hpp's order).
   // Masked extracts for both halves: g++ 12's unmasked forms trip -Wmaybe-uninitialized.
   static ROTARY_AVX512_INLINE C reduce(V v) noexcept {
     const __m256 h8 = _mm256_add_ps(_mm512_maskz_extractf32x8_ps(0xff, v, 0), _mm512_maskz_extractf32x8_ps(0xff, v, 1));
@@ -313,7 +313,7 @@ ROTARY_AVX512_INLINE void copy_u16(const void* in, void* out, std::int64_t n) no
   }
 }
 
-// KV-cache codes of 16 f32 values (simd_body.hpp's cache_row_impl; quantize.hpp's definitions):
+// KV-cache codes of 16 f32 values (simd_cache_row.hpp's cache_row_impl; quantize.hpp's definitions):
 // rounding by the conversions' embedded rounding (nearest even, not MXCSR), NaN and range tests on
 // the bits.
 struct CacheOps {
@@ -415,6 +415,8 @@ inline void leave_kernel() noexcept { clear_upper_state(); }
 #define ROTARY_KERNEL_INLINE ROTARY_ALWAYS_INLINE ROTARY_TARGET_AVX512
 namespace rotary::detail::avx512 {
 #include "simd_body.hpp"
+#include "simd_norm.hpp"
+#include "simd_cache_row.hpp"
 }  // namespace rotary::detail::avx512
 #undef ROTARY_KERNEL_TARGET
 #undef ROTARY_KERNEL_INLINE
@@ -427,6 +429,8 @@ namespace rotary::detail::avx512 {
 // (Its rotate_tokens<T> is never used: only rotate_tokens_impl<BF16Hw>.)
 namespace rotary::detail::avx512::bf16_hw {
 #include "simd_body.hpp"
+#include "simd_norm.hpp"
+#include "simd_cache_row.hpp"
 }  // namespace rotary::detail::avx512::bf16_hw
 #undef ROTARY_KERNEL_TARGET
 #undef ROTARY_KERNEL_INLINE

@@ -60,7 +60,7 @@ struct MathF32 {
   static ROTARY_ALWAYS_INLINE V load(const C* p) noexcept { return vld1q_f32(p); }
   static ROTARY_ALWAYS_INLINE V set1(C v) noexcept { return vdupq_n_f32(v); }
   static ROTARY_ALWAYS_INLINE V add(V a, V b) noexcept { return vaddq_f32(a, b); }
-  // The lanes' sum by halving: lane i + lane i + 2, then + 1 (simd_body.hpp's norm order).
+  // The lanes' sum by halving: lane i + lane i + 2, then + 1 (simd_norm.hpp's order).
   static ROTARY_ALWAYS_INLINE C reduce(V v) noexcept {
     const float32x2_t h2 = vadd_f32(vget_low_f32(v), vget_high_f32(v));
     return vget_lane_f32(h2, 0) + vget_lane_f32(h2, 1);
@@ -208,7 +208,7 @@ ROTARY_ALWAYS_INLINE void copy_u16(const void* in, void* out, std::int64_t n) no
   if (bytes & 2) std::memcpy(dst, src, 2);
 }
 
-// KV-cache codes of 4 f32 values (simd_body.hpp's cache_row_impl; quantize.hpp's definitions):
+// KV-cache codes of 4 f32 values (simd_cache_row.hpp's cache_row_impl; quantize.hpp's definitions):
 // FRINTN (nearest even, whatever FPCR says), NaN and range tests on the bits.
 struct CacheOps {
   static constexpr int L = 4;
@@ -274,6 +274,8 @@ inline void leave_kernel() noexcept {}
 #define ROTARY_KERNEL_INLINE ROTARY_ALWAYS_INLINE
 namespace rotary::detail::neon {
 #include "simd_body.hpp"
+#include "simd_norm.hpp"
+#include "simd_cache_row.hpp"
 }  // namespace rotary::detail::neon
 #undef ROTARY_KERNEL_TARGET
 #undef ROTARY_KERNEL_INLINE

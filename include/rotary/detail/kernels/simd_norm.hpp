@@ -1,0 +1,201 @@
+// The per-head RMSNorm kernel body (norm_rows), written once over lane operations. Included like
+// simd_body.hpp, right after it and inside the same namespace (no include guard): it uses its
+// LanesOf and the including namespace's F32/F64 lanes (set1, add, reduce) and leave_kernel().
+#if !defined(ROTARY_DETAIL_KERNELS_SIMD_BODY_ALLOWED)
+#error "simd_norm.hpp is included by the ISA kernel headers only; include a public rotary header"
+#endif
+#if !defined(ROTARY_KERNEL_TARGET) || !defined(ROTARY_KERNEL_INLINE)
+#error "simd_norm.hpp: define ROTARY_KERNEL_TARGET and ROTARY_KERNEL_INLINE first"
+#endif
+
+// ---- per-head RMSNorm ----------------------------------------------------------------------------
+
+// Per-head RMSNorm rows with lane ops S, scalar::norm_rows' bits: the accumulators of
+// kNormAccumulators in 16 / L vectors (lane l of vector v is accumulator v * L + l, so each sees the
+// same elements in the same order as the scalar kernel's), reduced in its order (whole vectors, then
+// S's reduce), the factor by the shared norm_factor, then (x * factor) * weight per lane, rounded
+// by S's store. CS: the lane ops of C vectors (loads, set1, add, reduce).
+template <class S>
+using NormLanes = std::conditional_t<std::is_same_v<typename S::C, double>, F64, F32>;
+
+template <class S>
+ROTARY_KERNEL_INLINE typename S::C reduce_vectors(typename S::V* acc) noexcept {
+  using CS = NormLanes<S>;
+  constexpr int kVectors = kNormAccumulators / S::L;
+  for (int m = kVectors / 2; m >= 1; m /= 2)
+    for (int v = 0; v < m; ++v) acc[v] = CS::add(acc[v], acc[v + m]);
+  return CS::reduce(acc[0]);
+}
+
+// (x * factor) * weight of elements [j, n), L at a time, the rest by the scalar formula.
+template <class S>
+ROTARY_KERNEL_INLINE void scale_row(const typename S::T* x, typename S::T* y, const typename S::C* w,
+                                    std::int64_t j, std::int64_t n, typename S::C f) noexcept {
+  using C = typename S::C;
+  using V = typename S::V;
+  using CS = NormLanes<S>;
+  const V fv = CS::set1(f);
+  for (; j + S::L <= n; j += S::L) {
+    V v = S::mul(S::load(x + j), fv);
+    if (w != nullptr) v = S::mul(v, CS::load(w + j));
+    S::store(y + j, v);
+  }
+  if (j < n) leave_kernel();  // the scalar tail's conversions may be out of line (cache_row_impl says why)
+  for (; j < n; ++j) {
+    C v = to_compute(x[j]) * f;
+    if (w != nullptr) v = v * w[j];
+    y[j] = from_compute<typename S::T>(v);
+  }
+}
+
+// B rows of exactly K vectors each (K * L a multiple of 16): first the B rows' sums and factors
+// (B independent chains of fma, reduction, sqrt and division that overlap), then each row read again
+// (from L1) and scaled. Keeping a row in registers and scaling it as soon as its factor is known
+// is slower: its multiplies wait for the factor's long sqrt-and-divide chain and fill the
+// scheduler, so the next rows cannot start.
+template <class S, int K, int B, bool kWeighted>
+ROTARY_KERNEL_INLINE void norm_rows_batch(const NormArgs<typename S::T>& a, std::int64_t r0,
+                                          const typename S::C* w) noexcept {
+  using C = typename S::C;
+  using V = typename S::V;
+  using CS = NormLanes<S>;
+  constexpr int kVectors = kNormAccumulators / S::L;
+  C f[std::size_t{B}];
+#pragma GCC unroll 4
+  for (int g = 0; g < B; ++g) {
+    const typename S::T* x = a.in + (r0 + g) * a.in_stride;
+    V acc[std::size_t{kVectors}];
+    for (int v = 0; v < kVectors; ++v) acc[v] = CS::set1(C(0));
+    if constexpr (S::packed_pairs) {
+      // 32 stored values a load, widened in element order (vectors k and k + 1): the same sums.
+#pragma GCC unroll 8
+      for (int k = 0; k < K; k += 2) {
+        V lo;
+        V hi;
+        S::widen_ordered(S::load_raw(x + std::int64_t{k} * S::L), lo, hi);
+        acc[k % kVectors] = S::fmadd(lo, lo, acc[k % kVectors]);
+        acc[(k + 1) % kVectors] = S::fmadd(hi, hi, acc[(k + 1) % kVectors]);
+      }
+    } else {
+#pragma GCC unroll 16
+      for (int k = 0; k < K; ++k) {
+        const V xv = S::load(x + std::int64_t{k} * S::L);
+        acc[k % kVectors] = S::fmadd(xv, xv, acc[k % kVectors]);
+      }
+    }
+    f[g] = norm_factor(reduce_vectors<S>(acc), a.inv_n, a.eps);
+  }
+#pragma GCC unroll 4
+  for (int g = 0; g < B; ++g) {
+    const typename S::T* x = a.in + (r0 + g) * a.in_stride;
+    typename S::T* y = a.out + (r0 + g) * a.out_stride;
+    const V fv = CS::set1(f[g]);
+    if constexpr (S::packed_pairs) {
+      // the even- and odd-indexed values of 32 (a shift and a mask), scaled, rounded back in pairs;
+      // w: the weights de-interleaved the same way
+#pragma GCC unroll 8
+      for (int k = 0; k < K; k += 2) {
+        const auto u = S::load_raw(x + std::int64_t{k} * S::L);
+        V ev = S::mul(S::even(u), fv);
+        V od = S::mul(S::odd(u), fv);
+        if constexpr (kWeighted) {
+          ev = S::mul(ev, CS::load(w + std::int64_t{k} * S::L));
+          od = S::mul(od, CS::load(w + std::int64_t{k + 1} * S::L));
+        }
+        S::store2(y + std::int64_t{k} * S::L, ev, od);
+      }
+    } else {
+#pragma GCC unroll 16
+      for (int k = 0; k < K; ++k) {
+        V v = S::mul(S::load(x + std::int64_t{k} * S::L), fv);
+        if constexpr (kWeighted) v = S::mul(v, CS::load(w + std::int64_t{k} * S::L));
+        S::store(y + std::int64_t{k} * S::L, v);
+      }
+    }
+  }
+}
+
+// Rows [0, a.rows) of K vectors: four at a time, then one by one.
+template <class S, int K, bool kWeighted>
+ROTARY_KERNEL_INLINE void norm_rows_batches(const NormArgs<typename S::T>& a) noexcept {
+  constexpr int kBatch = 4;
+  constexpr bool kSplit = S::packed_pairs && kWeighted;
+  // Packed lanes scale the even- and odd-indexed values of 32 apart: their weights in that order,
+  // per 32 the 16 even-indexed, then the 16 odd-indexed.
+  alignas(64) typename S::C split[kSplit ? std::size_t{K} * S::L : 1];
+  const typename S::C* w = a.weight;
+  if constexpr (kSplit) {
+    static_assert(K % 2 == 0, "whole packed vectors");
+    for (int k = 0; k < K; k += 2) {
+      typename S::V ev;
+      typename S::V od;
+      S::load2(a.weight + std::int64_t{k} * S::L, 2 * S::L, ev, od);
+      NormLanes<S>::store(split + std::int64_t{k} * S::L, ev);
+      NormLanes<S>::store(split + std::int64_t{k + 1} * S::L, od);
+    }
+    w = split;
+  }
+  std::int64_t r = 0;
+  for (; r + kBatch <= a.rows; r += kBatch) norm_rows_batch<S, K, kBatch, kWeighted>(a, r, w);
+  for (; r < a.rows; ++r) norm_rows_batch<S, K, 1, kWeighted>(a, r, w);
+}
+
+template <class S, int K>
+ROTARY_KERNEL_INLINE void norm_rows_of(const NormArgs<typename S::T>& a) noexcept {
+  if (a.weight != nullptr)
+    norm_rows_batches<S, K, true>(a);
+  else
+    norm_rows_batches<S, K, false>(a);
+}
+
+// Any row: the sum over whole groups of 16, a scalar tail into the stored accumulators, then the
+// scaling pass reads the row again.
+template <class S>
+ROTARY_KERNEL_INLINE void norm_row_two_pass(const typename S::T* x, typename S::T* y,
+                                            const NormArgs<typename S::T>& a) noexcept {
+  using C = typename S::C;
+  using V = typename S::V;
+  using CS = NormLanes<S>;
+  constexpr int kVectors = kNormAccumulators / S::L;
+  V acc[std::size_t{kVectors}];
+  for (int v = 0; v < kVectors; ++v) acc[v] = CS::set1(C(0));
+  std::int64_t i = 0;
+  for (; i + kNormAccumulators <= a.n; i += kNormAccumulators)
+    for (int v = 0; v < kVectors; ++v) {
+      const V xv = S::load(x + i + v * S::L);
+      acc[v] = S::fmadd(xv, xv, acc[v]);
+    }
+  C sums[kNormAccumulators];
+  for (int v = 0; v < kVectors; ++v) CS::store(sums + v * S::L, acc[v]);
+  if (i < a.n) leave_kernel();  // (as in scale_row)
+  for (; i < a.n; ++i) {
+    const C xi = to_compute(x[i]);
+    sums[i % kNormAccumulators] = fused_multiply_add(xi, xi, sums[i % kNormAccumulators]);
+  }
+  scale_row<S>(x, y, a.weight, 0, a.n, norm_factor(reduce_accumulators(sums), a.inv_n, a.eps));
+}
+
+// Rows of the common head_dims (64, 128, 256 values: 16 vectors at most) take the batched form.
+template <class S>
+ROTARY_KERNEL_TARGET void norm_rows_impl(const NormArgs<typename S::T>& a) noexcept {
+  static_assert(kNormAccumulators % S::L == 0, "16 accumulators in whole vectors");
+  constexpr int k64 = 64 / S::L;
+  constexpr int k128 = 128 / S::L;
+  constexpr int k256 = 256 / S::L;
+  if (a.n == 64) {
+    norm_rows_of<S, k64>(a);
+  } else if (a.n == 128) {
+    norm_rows_of<S, k128>(a);
+  } else if (a.n == 256 && k256 <= 16) {
+    norm_rows_of<S, (k256 <= 16 ? k256 : 1)>(a);
+  } else {
+    for (std::int64_t r = 0; r < a.rows; ++r) norm_row_two_pass<S>(a.in + r * a.in_stride, a.out + r * a.out_stride, a);
+  }
+}
+
+template <class T>
+void norm_rows(const NormArgs<T>& a) noexcept {
+  static_assert(is_storage_type_v<T>, "f32, f64, f16 or bf16");
+  norm_rows_impl<LanesOf<T>>(a);
+  leave_kernel();
+}
