@@ -31,6 +31,7 @@
 #include "xpos.hpp"        // IWYU pragma: export
 #include "linear_attention.hpp" // IWYU pragma: export
 #include "kv_cache.hpp"    // IWYU pragma: export
+#include "prologue.hpp"    // IWYU pragma: export
 #include "fusion.hpp"      // IWYU pragma: export
 
 #endif  // ROTARY_ROTARY_HPP
