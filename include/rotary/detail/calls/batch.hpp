@@ -276,66 +276,67 @@ void run_sequences(const std::vector<KernelArgs<T>>& calls, const ParallelFor& p
   for_token_ranges(total, token_bytes(calls.front()), parallel, body);
 }
 
-// The whole batched call of rotator r: validate everything, then dispatch.
-template <class R, class T>
-void batch_qk(bool checked, const R& r, const BatchView<const T>& q_in, const BatchView<T>& q_out,
-              const BatchView<const T>& k_in, const BatchView<T>& k_out, const batch_positions_t<R>& pos,
-              Direction dir, const ParallelFor& parallel) {
-  using P = rotator_positions_t<R>;
-  const bool has_k = k_in.shape.heads != 0;  // 0: no key; negative heads are refused below
-  // Views are named after the arguments: x (one tensor in place), input and output, or q and k.
-  const ViewNames qn = view_names(has_k ? "q" : "", batch_rows(q_in).same(batch_rows(q_out)), "x");
-  const ViewNames kn = view_names("k", batch_rows(k_in).same(batch_rows(k_out)), "x");
-  // Every shape first (no arithmetic on a count before it is known to be sane), then the positions,
-  // then every output of the call apart from what the call reads.
-  require(checked, [&] {
-    std::string m = check_batch_view(qn.in, q_in, r.head_dim());
-    if (m.empty()) m = check_batch_view(qn.out, q_out, r.head_dim());
-    if (m.empty()) m = check_in_out(qn, q_in, q_out);
-    if (m.empty() && has_k) {
-      m = check_batch_view(kn.in, k_in, r.head_dim());
-      if (m.empty()) m = check_batch_view(kn.out, k_out, r.head_dim());
-      if (m.empty()) m = check_in_out(kn, k_in, k_out);
-      if (m.empty() && (k_in.shape.batch != q_in.shape.batch || k_in.shape.seq != q_in.shape.seq))
-        m = concat("q is ", q_in.shape.batch, " x ", q_in.shape.seq, " but k is ", k_in.shape.batch, " x ",
-                   k_in.shape.seq, " (batch x seq)");
-    }
-    // No key is both k views empty: a k output with heads to an input of none would stay unrotated.
-    if (m.empty() && !has_k && k_out.shape.heads != 0)
-      m = concat("k input has 0 heads (no key) but k output has ", k_out.shape.heads,
-                 ": for no key, give both 0 heads");
-    if (!m.empty()) return m;
-    const BatchShape& s = q_in.shape;
-    if (s.seq > 0 && s.batch > std::numeric_limits<std::int64_t>::max() / s.seq)
-      return concat(qn.in, " batch (", s.batch, ") x seq (", s.seq, ") overflows int64");
-    if (s.batch > 0 && s.seq > 0 && s.heads < 1)
-      return concat(qn.in, " heads (", s.heads, ") must be >= 1 (the batch has ", s.batch * s.seq, " tokens)");
-    m = check_batch_positions(pos, s.batch, s.seq);
-    if (m.empty())
-      m = check_batch_reads_apart(q_out, qn.out, has_k ? &k_out : nullptr, kn.out,
-                                  sequence_reads(pos, s.batch * s.seq));
-    return m;
-  });
-  if (q_in.shape.batch <= 0 || q_in.shape.seq <= 0) return;  // (<= 0: unchecked calls, release builds)
-
+// "" or what is wrong with a batched call: every shape first (no arithmetic on a count before it
+// is known to be sane), then the positions, then every output of the call apart from what it reads.
+template <class T, class BP>
+std::string check_batch_call(std::int64_t head_dim, const BatchView<const T>& q_in, const BatchView<T>& q_out,
+                             const BatchView<const T>& k_in, const BatchView<T>& k_out, const ViewNames& qn,
+                             const ViewNames& kn, const BP& pos) {
+  const bool has_k = k_in.shape.heads != 0;
+  std::string m = check_batch_view(qn.in, q_in, head_dim);
+  if (m.empty()) m = check_batch_view(qn.out, q_out, head_dim);
+  if (m.empty()) m = check_in_out(qn, q_in, q_out);
+  if (m.empty() && has_k) {
+    m = check_batch_view(kn.in, k_in, head_dim);
+    if (m.empty()) m = check_batch_view(kn.out, k_out, head_dim);
+    if (m.empty()) m = check_in_out(kn, k_in, k_out);
+    if (m.empty() && (k_in.shape.batch != q_in.shape.batch || k_in.shape.seq != q_in.shape.seq))
+      m = concat("q is ", q_in.shape.batch, " x ", q_in.shape.seq, " but k is ", k_in.shape.batch, " x ",
+                 k_in.shape.seq, " (batch x seq)");
+  }
+  // No key is both k views empty: a k output with heads to an input of none would stay unrotated.
+  if (m.empty() && !has_k && k_out.shape.heads != 0)
+    m = concat("k input has 0 heads (no key) but k output has ", k_out.shape.heads,
+               ": for no key, give both 0 heads");
+  if (!m.empty()) return m;
   const BatchShape& s = q_in.shape;
-  std::ptrdiff_t qi = 0, qo = 0, ki = 0, ko = 0;
-  bool fold = foldable(s, q_in.strides, qi) && foldable(s, q_out.strides, qo);
-  if (has_k) fold = fold && foldable(s, k_in.strides, ki) && foldable(s, k_out.strides, ko);
-  // The batch has tokens and its views fit in memory, so it has at most one sequence per token; the
-  // allocations below still refuse a shape no real buffer has (a view claiming 2^61 sequences).
-  std::vector<std::int64_t> lengths;
-  std::optional<decltype(plan_positions(pos, lengths, fold))> plan;
-  std::vector<Piece<T, P>> pieces;
-  std::vector<KernelArgs<T>> calls;
-  allocate_or_refuse("sequences", s.batch, [&] {
-    lengths.assign(static_cast<std::size_t>(s.batch), s.seq);
-    plan.emplace(plan_positions(pos, lengths, fold));
-    pieces.reserve(fold ? 1 : static_cast<std::size_t>(s.batch));
-    calls.reserve(pieces.capacity());
-    return 0;
-  });
+  if (s.seq > 0 && s.batch > std::numeric_limits<std::int64_t>::max() / s.seq)
+    return concat(qn.in, " batch (", s.batch, ") x seq (", s.seq, ") overflows int64");
+  if (s.batch > 0 && s.seq > 0 && s.heads < 1)
+    return concat(qn.in, " heads (", s.heads, ") must be >= 1 (the batch has ", s.batch * s.seq, " tokens)");
+  m = check_batch_positions(pos, s.batch, s.seq);
+  if (m.empty())
+    m = check_batch_reads_apart(q_out, qn.out, has_k ? &k_out : nullptr, kn.out, sequence_reads(pos, s.batch * s.seq));
+  return m;
+}
 
+// q and k may be slices of one fused QKV buffer (heads side by side in every token): then one fused
+// dispatch still rotates them, as long as no q output row is a k row or vice versa. The per-dispatch
+// check sees one sequence at a time; this one sees the whole batch.
+template <class T>
+std::string check_batch_qk_apart(const BatchView<const T>& q_in, const BatchView<T>& q_out,
+                                 const BatchView<const T>& k_in, const BatchView<T>& k_out, const ViewNames& qn,
+                                 const ViewNames& kn) {
+  std::string clash;
+  const auto meet = [&clash](const auto& x, const std::string& x_name, const auto& y, const std::string& y_name) {
+    if (clash.empty() && !batch_rows(x).apart(batch_rows(y)))
+      clash = concat("q and k views overlap: ", where_views_meet(x_name, batch_rows(x), y_name, batch_rows(y)),
+                     "; a q output may not share a row with k, nor a k output with q");
+  };
+  meet(q_out, qn.out, k_in, kn.in);
+  meet(q_out, qn.out, k_out, kn.out);
+  meet(k_out, kn.out, q_in, qn.in);
+  return clash;
+}
+
+// The dispatches of a batch: one piece over the folded token axis (token strides `folded`: q in,
+// q out, k in, k out), else one per sequence with the views' own sequence strides.
+template <class T, class P, class Plan>
+void add_batch_pieces(std::vector<Piece<T, P>>& pieces, const BatchView<const T>& q_in, const BatchView<T>& q_out,
+                      const BatchView<const T>& k_in, const BatchView<T>& k_out, const Plan& plan, bool fold,
+                      const std::array<std::ptrdiff_t, 4>& folded) {
+  const bool has_k = k_in.shape.heads != 0;
+  const BatchShape& s = q_in.shape;
   const auto piece = [&](std::int64_t b, std::int64_t tokens, P p) {
     Piece<T, P> x{q_in.data + b * q_in.strides.batch, q_out.data + b * q_out.strides.batch, nullptr, nullptr,
                   tokens, 0, 0, 0, 0, p};
@@ -346,46 +347,36 @@ void batch_qk(bool checked, const R& r, const BatchView<const T>& q_in, const Ba
     return x;
   };
   if (fold) {
-    Piece<T, P> x = piece(0, s.batch * s.seq, plan->whole(s.seq));
-    x.q_in_ts = qi;
-    x.q_out_ts = qo;
-    x.k_in_ts = ki;
-    x.k_out_ts = ko;
+    Piece<T, P> x = piece(0, s.batch * s.seq, plan.whole(s.seq));
+    x.q_in_ts = folded[0];
+    x.q_out_ts = folded[1];
+    x.k_in_ts = folded[2];
+    x.k_out_ts = folded[3];
     pieces.push_back(x);
-  } else {
-    for (std::int64_t b = 0; b < s.batch; ++b) {
-      Piece<T, P> x = piece(b, s.seq, plan->piece(b, s.seq));
-      x.q_in_ts = q_in.strides.seq;
-      x.q_out_ts = q_out.strides.seq;
-      x.k_in_ts = k_in.strides.seq;
-      x.k_out_ts = k_out.strides.seq;
-      pieces.push_back(x);
-    }
+    return;
   }
-
-  // q and k may be slices of one fused QKV buffer (heads side by side in every token): then one
-  // fused dispatch still rotates them, as long as no q output row is a k row or vice versa. The
-  // per-dispatch check below sees one sequence at a time; this one sees the whole batch.
-  if (has_k) {
-    require(checked, [&] {
-      std::string clash;
-      const auto meet = [&clash](const auto& x, const std::string& x_name, const auto& y, const std::string& y_name) {
-        if (clash.empty() && !batch_rows(x).apart(batch_rows(y)))
-          clash =
-              concat("q and k views overlap: ", where_views_meet(x_name, batch_rows(x), y_name, batch_rows(y)),
-                     "; a q output may not share a row with k, nor a k output with q");
-      };
-      meet(q_out, qn.out, k_in, kn.in);
-      meet(q_out, qn.out, k_out, kn.out);
-      meet(k_out, kn.out, q_in, qn.in);
-      return clash;
-    });
+  for (std::int64_t b = 0; b < s.batch; ++b) {
+    Piece<T, P> x = piece(b, s.seq, plan.piece(b, s.seq));
+    x.q_in_ts = q_in.strides.seq;
+    x.q_out_ts = q_out.strides.seq;
+    x.k_in_ts = k_in.strides.seq;
+    x.k_out_ts = k_out.strides.seq;
+    pieces.push_back(x);
   }
+}
 
-  bool table = true;  // every piece reads a table: its rows can be set now
+// The kernel arguments of every piece, each checked with its row source (and, for a table, its
+// rows set); false if some piece's rows are made per block (no table).
+template <class R, class T, class P>
+bool make_batch_calls(bool checked, const R& r, const std::vector<Piece<T, P>>& pieces, const BatchView<const T>& q_in,
+                      const BatchView<T>& q_out, const BatchView<const T>& k_in, const BatchView<T>& k_out,
+                      const ViewNames& qn, const ViewNames& kn, Direction dir, std::vector<KernelArgs<T>>& calls) {
+  const bool has_k = k_in.shape.heads != 0;
+  const std::int64_t heads = q_in.shape.heads;
+  bool table = true;
   for (const Piece<T, P>& x : pieces) {
-    StreamArgs<T> q = make_stream(x.q_in, StridedLayout{x.tokens, s.heads, x.q_in_ts, q_in.strides.head}, x.q_out,
-                                  StridedLayout{x.tokens, s.heads, x.q_out_ts, q_out.strides.head});
+    StreamArgs<T> q = make_stream(x.q_in, StridedLayout{x.tokens, heads, x.q_in_ts, q_in.strides.head}, x.q_out,
+                                  StridedLayout{x.tokens, heads, x.q_out_ts, q_out.strides.head});
     StreamArgs<T> k;
     if (has_k)
       k = make_stream(x.k_in, StridedLayout{x.tokens, k_in.shape.heads, x.k_in_ts, k_in.strides.head}, x.k_out,
@@ -410,6 +401,42 @@ void batch_qk(bool checked, const R& r, const BatchView<const T>& q_in, const Ba
     });
     calls.push_back(a);
   }
+  return table;
+}
+
+// The whole batched call of rotator r: validate everything, then dispatch.
+template <class R, class T>
+void batch_qk(bool checked, const R& r, const BatchView<const T>& q_in, const BatchView<T>& q_out,
+              const BatchView<const T>& k_in, const BatchView<T>& k_out, const batch_positions_t<R>& pos,
+              Direction dir, const ParallelFor& parallel) {
+  using P = rotator_positions_t<R>;
+  const bool has_k = k_in.shape.heads != 0;  // 0: no key; negative heads are refused below
+  // Views are named after the arguments: x (one tensor in place), input and output, or q and k.
+  const ViewNames qn = view_names(has_k ? "q" : "", batch_rows(q_in).same(batch_rows(q_out)), "x");
+  const ViewNames kn = view_names("k", batch_rows(k_in).same(batch_rows(k_out)), "x");
+  require(checked, [&] { return check_batch_call(r.head_dim(), q_in, q_out, k_in, k_out, qn, kn, pos); });
+  if (q_in.shape.batch <= 0 || q_in.shape.seq <= 0) return;  // (<= 0: unchecked calls, release builds)
+
+  const BatchShape& s = q_in.shape;
+  std::array<std::ptrdiff_t, 4> folded{};
+  bool fold = foldable(s, q_in.strides, folded[0]) && foldable(s, q_out.strides, folded[1]);
+  if (has_k) fold = fold && foldable(s, k_in.strides, folded[2]) && foldable(s, k_out.strides, folded[3]);
+  // The batch has tokens and its views fit in memory, so it has at most one sequence per token; the
+  // allocations below still refuse a shape no real buffer has (a view claiming 2^61 sequences).
+  std::vector<std::int64_t> lengths;
+  std::optional<decltype(plan_positions(pos, lengths, fold))> plan;
+  std::vector<Piece<T, P>> pieces;
+  std::vector<KernelArgs<T>> calls;
+  allocate_or_refuse("sequences", s.batch, [&] {
+    lengths.assign(static_cast<std::size_t>(s.batch), s.seq);
+    plan.emplace(plan_positions(pos, lengths, fold));
+    pieces.reserve(fold ? 1 : static_cast<std::size_t>(s.batch));
+    calls.reserve(pieces.capacity());
+    return 0;
+  });
+  add_batch_pieces(pieces, q_in, q_out, k_in, k_out, *plan, fold, folded);
+  if (has_k) require(checked, [&] { return check_batch_qk_apart(q_in, q_out, k_in, k_out, qn, kn); });
+  const bool table = make_batch_calls(checked, r, pieces, q_in, q_out, k_in, k_out, qn, kn, dir, calls);
   if (calls.size() > 1 && table && q_in.strides.batch < q_in.strides.seq) {
     run_interleaved(calls, parallel);
   } else if (calls.size() > 1 && table && parallel) {

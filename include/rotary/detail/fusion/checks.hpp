@@ -156,9 +156,10 @@ std::string check_prologue_reads(const Prologue<T, E, W>& c, std::int64_t head_d
   return {};
 }
 
+// The counts and options of a fused call: tokens and heads agree, each view has its cache, the norms
+// are sound.
 template <class T, class E, class W>
-std::string check_prologue(const Prologue<T, E, W>& c, std::int64_t head_dim, std::int64_t rotary_dim,
-                           Pairing pairing) {
+std::string check_prologue_shapes(const Prologue<T, E, W>& c, Pairing pairing) {
   const std::int64_t tokens = c.tokens();
   const bool q = c.q_layout.heads > 0;
   const bool k = c.k_layout.heads > 0;
@@ -185,15 +186,24 @@ std::string check_prologue(const Prologue<T, E, W>& c, std::int64_t head_dim, st
     return "deinterleave (pairs in interleaved order, out in half-split order) needs a half_split rotator";
   if (c.deinterleave && (c.q_norm.enabled || c.k_norm.enabled))
     return "deinterleave with a q/k norm before RoPE is not supported (norm the rows, then call again)";
-  // Each step returns its message as soon as it has one (no string assigned on the way: at decode
-  // size the checks are a sizeable share of a fused call, so they must stay cheap).
   if (std::string m = check_norm("q_norm", c.q_norm); !m.empty()) return m;
   if (std::string m = check_norm("k_norm", c.k_norm); !m.empty()) return m;
   if (std::string m = check_norm("l2_after", c.l2_after, false); !m.empty()) return m;
   if (c.q_norm.enabled && c.q_norm.weight == nullptr) return "q_norm has no weight (use l2 for none)";
   if (c.k_norm.enabled && c.k_norm.weight == nullptr) return "k_norm has no weight (use l2 for none)";
+  return {};
+}
 
-  // q and k through the driver's own checks (views, in place or disjoint, q outputs apart from k).
+// q and k through the driver's own checks (views, in place or disjoint, q outputs apart from k),
+// and v apart from what the call writes.
+template <class T, class E, class W>
+std::string check_prologue_views(const Prologue<T, E, W>& c, std::int64_t head_dim, std::int64_t rotary_dim,
+                                  Pairing pairing) {
+  const std::int64_t tokens = c.tokens();
+  const bool q = c.q_layout.heads > 0;
+  const bool k = c.k_layout.heads > 0;
+  const bool v = c.v_layout.heads > 0;
+  const bool k_out = c.k_out_layout.heads > 0;
   KernelArgs<T> a;
   a.tokens = tokens;
   a.head_dim = head_dim;
@@ -224,6 +234,17 @@ std::string check_prologue(const Prologue<T, E, W>& c, std::int64_t head_dim, st
     if (q && clashes(c.q_out, c.q_layout.heads, c.q_out_layout)) return "q output and v share memory";
     if (k_out && clashes(c.k_out, c.k_layout.heads, c.k_out_layout)) return "k output and v share memory";
   }
+  return {};
+}
+
+// The cache writes (slots, views) and every input and output apart from every cache.
+template <class T, class E, class W>
+std::string check_prologue_caches(const Prologue<T, E, W>& c, std::int64_t head_dim) {
+  const std::int64_t tokens = c.tokens();
+  const bool q = c.q_layout.heads > 0;
+  const bool k = c.k_layout.heads > 0;
+  const bool v = c.v_layout.heads > 0;
+  const bool k_out = c.k_out_layout.heads > 0;
   if (c.has_k_cache()) {
     if (c.k_cache.head_dim != head_dim)
       return concat("k_cache head_dim (", c.k_cache.head_dim, ") is not the rotator's (", head_dim, ")");
@@ -241,8 +262,9 @@ std::string check_prologue(const Prologue<T, E, W>& c, std::int64_t head_dim, st
   }
   // Every input and output apart from every cache (k from k_cache and v from v_cache were checked
   // above; q in place once); the two caches apart, or side by side in the same rows (MLA).
-  const bool q_in_place = q && c.q == c.q_out && c.q_layout.token_stride == c.q_out_layout.token_stride &&
-                          c.q_layout.head_stride == c.q_out_layout.head_stride;
+  const bool q_in_place =
+      q && token_rows(c.q, head_dim, tokens, c.q_layout.token_stride, c.q_layout.heads, c.q_layout.head_stride)
+               .same(q_out_rows(c, head_dim));
   for (const auto* cache : {&c.k_cache, &c.v_cache}) {
     if (cache->data == nullptr) continue;
     const bool k_own = cache == &c.k_cache;
@@ -266,8 +288,15 @@ std::string check_prologue(const Prologue<T, E, W>& c, std::int64_t head_dim, st
       if (std::string m = apart("v", c.v, c.v_layout, c.v_cache.head_dim, false); !m.empty()) return m;
     }
   }
-  // norm weights are read for every row: apart from everything the call writes (int8's scales, not
-  // fp8's, which are only read)
+  return {};
+}
+
+// Norm weights are read for every row: apart from everything the call writes (int8's scales, not
+// fp8's, which are only read).
+template <class T, class E, class W>
+std::string check_prologue_weights(const Prologue<T, E, W>& c, std::int64_t head_dim) {
+  const bool q = c.q_layout.heads > 0;
+  const bool k_out = c.k_out_layout.heads > 0;
   for (const auto& named : {std::pair<const char*, const HeadNorm<W>&>{"q_norm weight", c.q_norm},
                             {"k_norm weight", c.k_norm}}) {
     const char* wname = named.first;  // (not a structured binding: C++17 lambdas cannot capture those)
@@ -290,6 +319,18 @@ std::string check_prologue(const Prologue<T, E, W>& c, std::int64_t head_dim, st
       if (std::string m = hits(cname, "'s scales", cache.written_scales_extent()); !m.empty()) return m;
     }
   }
+  return {};
+}
+
+// Every check of a fused call, in order. Each step returns its message as soon as it has one (no
+// string assigned on the way: at decode size the checks are a sizeable share of a fused call).
+template <class T, class E, class W>
+std::string check_prologue(const Prologue<T, E, W>& c, std::int64_t head_dim, std::int64_t rotary_dim,
+                           Pairing pairing) {
+  if (std::string m = check_prologue_shapes(c, pairing); !m.empty()) return m;
+  if (std::string m = check_prologue_views(c, head_dim, rotary_dim, pairing); !m.empty()) return m;
+  if (std::string m = check_prologue_caches(c, head_dim); !m.empty()) return m;
+  if (std::string m = check_prologue_weights(c, head_dim); !m.empty()) return m;
   if (c.has_k_cache() && c.has_v_cache()) {
     if (caches_share_rows(c.k_cache, c.v_cache))
       return "k_cache and v_cache share memory (a row of one overlaps a row of the other)";
