@@ -118,12 +118,12 @@ struct ApplyRows {
   template <class R, class T = rotator_value_t<R>, class P = rotator_positions_t<R>>
   void operator()(const R& r, identity_t<RowsRef<T>> x, const P& positions, std::int64_t heads,
                   const ApplyOptions& o = {}) const {
-    rows<R, T>(Checked, r, x, x, true, positions, heads, o.direction, o.parallel);
+    rows_sequence<R, T>(Checked, r, x, x, true, positions, heads, o.direction, o.parallel);
   }
   template <class R, class T = rotator_value_t<R>, class P = rotator_positions_t<R>>
   void operator()(const R& r, identity_t<ConstRowsRef<T>> in, identity_t<RowsRef<T>> out, const P& positions,
                   std::int64_t heads, const ApplyOptions& o = {}) const {
-    rows<R, T>(Checked, r, in, out, false, positions, heads, o.direction, o.parallel);
+    rows_sequence<R, T>(Checked, r, in, out, false, positions, heads, o.direction, o.parallel);
   }
   template <class R, class X, class P, class T = rotator_value_t<R>,
             std::enable_if_t<unwritable_rows_v<X, T> && !is_eigen_v<P>, int> = 0>
@@ -144,13 +144,13 @@ struct ApplyQkRows {
   template <class R, class T = rotator_value_t<R>, class P = rotator_positions_t<R>>
   void operator()(const R& r, identity_t<RowsRef<T>> q, identity_t<RowsRef<T>> k, const P& positions,
                   std::int64_t q_heads, std::int64_t k_heads, const ApplyOptions& o = {}) const {
-    rows_qk<R, T>(Checked, r, nullptr, q, nullptr, k, positions, q_heads, k_heads, o.direction, o.parallel);
+    rows_qk_sequence<R, T>(Checked, r, nullptr, q, nullptr, k, positions, q_heads, k_heads, o.direction, o.parallel);
   }
   template <class R, class T = rotator_value_t<R>, class P = rotator_positions_t<R>>
   void operator()(const R& r, identity_t<ConstRowsRef<T>> q_in, identity_t<RowsRef<T>> q_out,
                   identity_t<ConstRowsRef<T>> k_in, identity_t<RowsRef<T>> k_out, const P& positions,
                   std::int64_t q_heads, std::int64_t k_heads, const ApplyOptions& o = {}) const {
-    rows_qk<R, T>(Checked, r, &q_in, q_out, &k_in, k_out, positions, q_heads, k_heads, o.direction, o.parallel);
+    rows_qk_sequence<R, T>(Checked, r, &q_in, q_out, &k_in, k_out, positions, q_heads, k_heads, o.direction, o.parallel);
   }
   template <class R, class Q, class K, class P, class T = rotator_value_t<R>,
             std::enable_if_t<is_eigen_v<Q> && is_eigen_v<K> && !is_eigen_v<P> &&
@@ -175,12 +175,12 @@ struct ApplyStrided {
   template <class R, class T = rotator_value_t<R>, class P = rotator_positions_t<R>>
   void operator()(const R& r, identity_t<T>* x, const StridedLayout& layout, const P& positions,
                   const ApplyOptions& o = {}) const {
-    strided<R, T>(Checked, r, x, layout, x, layout, positions, o.direction, o.parallel);
+    strided_sequence<R, T>(Checked, r, x, layout, x, layout, positions, o.direction, o.parallel);
   }
   template <class R, class T = rotator_value_t<R>, class P = rotator_positions_t<R>>
   void operator()(const R& r, const identity_t<T>* in, const StridedLayout& in_layout, identity_t<T>* out,
                   const StridedLayout& out_layout, const P& positions, const ApplyOptions& o = {}) const {
-    strided<R, T>(Checked, r, in, in_layout, out, out_layout, positions, o.direction, o.parallel);
+    strided_sequence<R, T>(Checked, r, in, in_layout, out, out_layout, positions, o.direction, o.parallel);
   }
 };
 
@@ -190,7 +190,7 @@ struct ApplyQkStrided {
   template <class R, class T = rotator_value_t<R>, class P = rotator_positions_t<R>>
   void operator()(const R& r, identity_t<T>* q, const StridedLayout& q_layout, identity_t<T>* k,
                   const StridedLayout& k_layout, const P& positions, const ApplyOptions& o = {}) const {
-    strided_qk<R, T>(Checked, r, q, q_layout, q, q_layout, k, k_layout, k, k_layout, positions, o.direction,
+    strided_qk_sequence<R, T>(Checked, r, q, q_layout, q, q_layout, k, k_layout, k, k_layout, positions, o.direction,
                      o.parallel);
   }
   template <class R, class T = rotator_value_t<R>, class P = rotator_positions_t<R>>
@@ -198,7 +198,7 @@ struct ApplyQkStrided {
                   const StridedLayout& q_out_layout, const identity_t<T>* k_in, const StridedLayout& k_in_layout,
                   identity_t<T>* k_out, const StridedLayout& k_out_layout, const P& positions,
                   const ApplyOptions& o = {}) const {
-    strided_qk<R, T>(Checked, r, q_in, q_in_layout, q_out, q_out_layout, k_in, k_in_layout, k_out, k_out_layout,
+    strided_qk_sequence<R, T>(Checked, r, q_in, q_in_layout, q_out, q_out_layout, k_in, k_in_layout, k_out, k_out_layout,
                      positions, o.direction, o.parallel);
   }
 };

@@ -90,7 +90,7 @@ void rerotate_rows(const Rope<T>& rope, T* x, const StridedLayout& l, const Posi
                    const Positions& deltas, const RowOf& row_of, const ParallelFor& parallel) {
   const KernelArgs<T> a = call_args(rope.head_dim(), rope.rotary_dim(), rope.pairing(), make_stream<T>(x, l, x, l),
                                     StreamArgs<T>{}, l.tokens, Direction::forward);
-  drive(true, PerTokenRows<compute_t<T>, RowOf>{&row_of, rope.rotary_dim(), positions, deltas}, a, parallel,
+  check_and_dispatch(true, PerTokenRows<compute_t<T>, RowOf>{&row_of, rope.rotary_dim(), positions, deltas}, a, parallel,
         "keys");
 }
 
@@ -175,7 +175,7 @@ void rerotate_impl(const Rope<T>& from, const Rope<T>& to, T* x, const StridedLa
 template <class T>
 void shift_keys(const Rope<T>& rope, detail::identity_t<RowsRef<T>> keys, std::int64_t delta, std::int64_t heads,
                 const ParallelFor& parallel = {}) {
-  const StridedLayout l = detail::layout_of(true, keys, heads, rope.head_dim(), "keys");
+  const StridedLayout l = detail::rows_layout(true, keys, heads, rope.head_dim(), "keys");
   detail::shift_impl<T>(rope, keys.data(), l, delta, parallel);
 }
 
@@ -183,7 +183,7 @@ void shift_keys(const Rope<T>& rope, detail::identity_t<RowsRef<T>> keys, std::i
 template <class T>
 void shift_keys(const Rope<T>& rope, detail::identity_t<RowsRef<T>> keys, const Positions& deltas,
                 std::int64_t heads, const ParallelFor& parallel = {}) {
-  const StridedLayout l = detail::layout_of(true, keys, heads, rope.head_dim(), "keys");
+  const StridedLayout l = detail::rows_layout(true, keys, heads, rope.head_dim(), "keys");
   detail::shift_impl<T>(rope, keys.data(), l, deltas, parallel);
 }
 
@@ -207,7 +207,7 @@ void shift_keys_strided(const Rope<T>& rope, detail::identity_t<T>* keys, const 
 template <class T>
 void rerotate_keys(const Rope<T>& from, const Rope<T>& to, detail::identity_t<RowsRef<T>> keys,
                    const Positions& positions, std::int64_t heads, const ParallelFor& parallel = {}) {
-  const StridedLayout l = detail::layout_of(true, keys, heads, from.head_dim(), "keys");
+  const StridedLayout l = detail::rows_layout(true, keys, heads, from.head_dim(), "keys");
   detail::rerotate_impl<T>(from, to, keys.data(), l, positions, parallel);
 }
 

@@ -444,7 +444,7 @@ void batch_qk(bool checked, const R& r, const BatchView<const T>& q_in, const Ba
   } else {
     for (std::size_t i = 0; i < calls.size(); ++i)
       rotator_traits<R>::with_rows(r, pieces[i].positions, dir,
-                                   [&](const auto& src) { run(src, calls[i], parallel); });
+                                   [&](const auto& src) { dispatch_call(src, calls[i], parallel); });
   }
 }
 
@@ -473,7 +473,7 @@ void varlen_qk(bool checked, const R& r, const T* q_in, const StridedLayout& qil
   const auto positions = plan.whole(lengths.empty() ? 0 : lengths.front());
   rotator_traits<R>::with_rows(r, positions, dir, [&](const auto& src) {
     require(checked, [&] { return check_source(src, a); });
-    run(src, a, parallel);
+    dispatch_call(src, a, parallel);
   });
 }
 

@@ -31,17 +31,17 @@ using rotator_positions_t = typename rotator_traits<R>::positions_type;
 
 // One call of rotator r: streams q and (optional) k, validated and run by the driver.
 template <class R, class T>
-void rotate(bool checked, const R& r, const StreamArgs<T>& q, const StreamArgs<T>& k, std::int64_t tokens,
+void rotate_sequence(bool checked, const R& r, const StreamArgs<T>& q, const StreamArgs<T>& k, std::int64_t tokens,
             const rotator_positions_t<R>& p, Direction dir, const ParallelFor& parallel) {
   const KernelArgs<T> a = call_args(r.head_dim(), r.rotary_dim(), r.pairing(), q, k, tokens, dir);
-  rotator_traits<R>::with_rows(r, p, dir, [&](const auto& src) { drive(checked, src, a, parallel); });
+  rotator_traits<R>::with_rows(r, p, dir, [&](const auto& src) { check_and_dispatch(checked, src, a, parallel); });
 }
 
 template <class R, class T>
-void strided(bool checked, const R& r, const T* in, const StridedLayout& il, T* out, const StridedLayout& ol,
+void strided_sequence(bool checked, const R& r, const T* in, const StridedLayout& il, T* out, const StridedLayout& ol,
              const rotator_positions_t<R>& p, Direction dir, const ParallelFor& parallel) {
   require(checked, [&] { return check_layouts("", il, ol); });
-  rotate(checked, r, make_stream(in, il, out, ol), StreamArgs<T>{}, il.tokens, p, dir, parallel);
+  rotate_sequence(checked, r, make_stream(in, il, out, ol), StreamArgs<T>{}, il.tokens, p, dir, parallel);
 }
 
 // q and k layouts of a fused strided call: k_in.heads == 0 means no key; negative is refused (it
@@ -63,13 +63,13 @@ KernelArgs<T> strided_qk_args(const R& r, const T* q_in, const StridedLayout& qi
 }
 
 template <class R, class T>
-void strided_qk(bool checked, const R& r, const T* q_in, const StridedLayout& qil, T* q_out,
+void strided_qk_sequence(bool checked, const R& r, const T* q_in, const StridedLayout& qil, T* q_out,
                 const StridedLayout& qol, const T* k_in, const StridedLayout& kil, T* k_out,
                 const StridedLayout& kol, const rotator_positions_t<R>& p, Direction dir,
                 const ParallelFor& parallel) {
   require(checked, [&] { return check_strided_qk_layouts(qil, qol, kil, kol); });
   const KernelArgs<T> a = strided_qk_args(r, q_in, qil, q_out, qol, k_in, kil, k_out, kol, dir);
-  rotator_traits<R>::with_rows(r, p, dir, [&](const auto& src) { drive(checked, src, a, parallel); });
+  rotator_traits<R>::with_rows(r, p, dir, [&](const auto& src) { check_and_dispatch(checked, src, a, parallel); });
 }
 
 // The kernel arguments of a call on a table Rope, rows included: for tests and benchmarks that
@@ -89,29 +89,29 @@ KernelArgs<T> make_args(const Rope<T>& rope, const T* in, const StridedLayout& i
 
 // Eigen rows: in and out views (the same view for in place).
 template <class R, class T>
-void rows(bool checked, const R& r, const ConstRowsRef<T>& in, RowsRef<T>& out, bool in_place,
+void rows_sequence(bool checked, const R& r, const ConstRowsRef<T>& in, RowsRef<T>& out, bool in_place,
           const rotator_positions_t<R>& p, std::int64_t heads, Direction dir, const ParallelFor& parallel) {
-  const StridedLayout il = layout_of(checked, in, heads, r.head_dim(), in_place ? "x" : "input");
-  const StridedLayout ol = in_place ? il : layout_of(checked, out, heads, r.head_dim(), "output");
-  strided<R, T>(checked, r, in_place ? out.data() : in.data(), il, out.data(), ol, p, dir, parallel);
+  const StridedLayout il = rows_layout(checked, in, heads, r.head_dim(), in_place ? "x" : "input");
+  const StridedLayout ol = in_place ? il : rows_layout(checked, out, heads, r.head_dim(), "output");
+  strided_sequence<R, T>(checked, r, in_place ? out.data() : in.data(), il, out.data(), ol, p, dir, parallel);
 }
 
 template <class R, class T>
-void rows_qk(bool checked, const R& r, const ConstRowsRef<T>* q_in, RowsRef<T>& q_out,
+void rows_qk_sequence(bool checked, const R& r, const ConstRowsRef<T>* q_in, RowsRef<T>& q_out,
              const ConstRowsRef<T>* k_in, RowsRef<T>& k_out, const rotator_positions_t<R>& p,
              std::int64_t q_heads, std::int64_t k_heads, Direction dir, const ParallelFor& parallel) {
   const bool in_place = q_in == nullptr;  // then k_in is null too
-  const StridedLayout qil = in_place ? layout_of(checked, q_out, q_heads, r.head_dim(), "q")
-                                     : layout_of(checked, *q_in, q_heads, r.head_dim(), "q input");
-  const StridedLayout qol = in_place ? qil : layout_of(checked, q_out, q_heads, r.head_dim(), "q output");
+  const StridedLayout qil = in_place ? rows_layout(checked, q_out, q_heads, r.head_dim(), "q")
+                                     : rows_layout(checked, *q_in, q_heads, r.head_dim(), "q input");
+  const StridedLayout qol = in_place ? qil : rows_layout(checked, q_out, q_heads, r.head_dim(), "q output");
   StridedLayout kil;
   StridedLayout kol;
   if (k_heads != 0) {
-    kil = in_place ? layout_of(checked, k_out, k_heads, r.head_dim(), "k")
-                   : layout_of(checked, *k_in, k_heads, r.head_dim(), "k input");
-    kol = in_place ? kil : layout_of(checked, k_out, k_heads, r.head_dim(), "k output");
+    kil = in_place ? rows_layout(checked, k_out, k_heads, r.head_dim(), "k")
+                   : rows_layout(checked, *k_in, k_heads, r.head_dim(), "k input");
+    kol = in_place ? kil : rows_layout(checked, k_out, k_heads, r.head_dim(), "k output");
   }
-  strided_qk<R, T>(checked, r, in_place ? q_out.data() : q_in->data(), qil, q_out.data(), qol,
+  strided_qk_sequence<R, T>(checked, r, in_place ? q_out.data() : q_in->data(), qil, q_out.data(), qol,
                    in_place ? k_out.data() : k_in->data(), kil, k_out.data(), kol, p, dir, parallel);
 }
 
@@ -125,17 +125,17 @@ void rows_qk(bool checked, const R& r, const ConstRowsRef<T>* q_in, RowsRef<T>& 
 // NOLINTBEGIN(bugprone-macro-parentheses): T is a type, KW a keyword
 #define ROTARY_DETAIL_ROPE_PATHS(KW, T)                                                                     \
   KW class Rope<T>;                                                                                         \
-  KW void detail::rotate<Rope<T>, T>(bool, const Rope<T>&, const detail::StreamArgs<T>&,                   \
+  KW void detail::rotate_sequence<Rope<T>, T>(bool, const Rope<T>&, const detail::StreamArgs<T>&,                   \
                                      const detail::StreamArgs<T>&, std::int64_t, const Positions&, Direction, \
                                      const ParallelFor&);                                                    \
-  KW void detail::strided<Rope<T>, T>(bool, const Rope<T>&, const T*, const StridedLayout&, T*,             \
+  KW void detail::strided_sequence<Rope<T>, T>(bool, const Rope<T>&, const T*, const StridedLayout&, T*,             \
                                       const StridedLayout&, const Positions&, Direction, const ParallelFor&); \
-  KW void detail::strided_qk<Rope<T>, T>(bool, const Rope<T>&, const T*, const StridedLayout&, T*,          \
+  KW void detail::strided_qk_sequence<Rope<T>, T>(bool, const Rope<T>&, const T*, const StridedLayout&, T*,          \
                                          const StridedLayout&, const T*, const StridedLayout&, T*,           \
                                          const StridedLayout&, const Positions&, Direction, const ParallelFor&); \
-  KW void detail::rows<Rope<T>, T>(bool, const Rope<T>&, const ConstRowsRef<T>&, RowsRef<T>&, bool,         \
+  KW void detail::rows_sequence<Rope<T>, T>(bool, const Rope<T>&, const ConstRowsRef<T>&, RowsRef<T>&, bool,         \
                                    const Positions&, std::int64_t, Direction, const ParallelFor&);          \
-  KW void detail::rows_qk<Rope<T>, T>(bool, const Rope<T>&, const ConstRowsRef<T>*, RowsRef<T>&,            \
+  KW void detail::rows_qk_sequence<Rope<T>, T>(bool, const Rope<T>&, const ConstRowsRef<T>*, RowsRef<T>&,            \
                                       const ConstRowsRef<T>*, RowsRef<T>&, const Positions&, std::int64_t,  \
                                       std::int64_t, Direction, const ParallelFor&);
 #define ROTARY_DETAIL_API_INSTANCES(KW)          \

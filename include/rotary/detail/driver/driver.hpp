@@ -104,7 +104,7 @@ inline std::string eigen_layout(std::int64_t rows, std::int64_t cols, std::int64
 
 // Eigen views to layouts; throws or asserts on a bad shape.
 template <class In>
-StridedLayout layout_of(bool checked, const In& x, std::int64_t heads, std::int64_t head_dim, const char* name) {
+StridedLayout rows_layout(bool checked, const In& x, std::int64_t heads, std::int64_t head_dim, const char* name) {
   StridedLayout l;
   const std::string m = eigen_layout(x.rows(), x.cols(), x.outerStride(), heads, head_dim, name, l);
   require(checked, [&m]() -> const std::string& { return m; });
@@ -266,7 +266,7 @@ struct GeneratedRows {
 // Runs a validated call: the kernel is chosen once per call (never per row); rows come from the
 // source, per block where it makes them.
 template <class T, class Source>
-void run(const Source& src, KernelArgs<T> a, const ParallelFor& parallel) {
+void dispatch_call(const Source& src, KernelArgs<T> a, const ParallelFor& parallel) {
   using C = compute_t<T>;
   const Kernel<T> kernel = select_kernel<T>();
   a.stream_out = stream_pays(a, stream_min_bytes());
@@ -335,14 +335,14 @@ std::string check_source(const Source& src, const KernelArgs<T>& a, const char* 
 // Validates the call (shapes, then the source's positions, then the outputs apart from what the
 // source reads), throwing or asserting, and runs it.
 template <class T, class Source>
-void drive(bool checked, const Source& src, const KernelArgs<T>& a, const ParallelFor& parallel,
+void check_and_dispatch(bool checked, const Source& src, const KernelArgs<T>& a, const ParallelFor& parallel,
            const char* x_name = "x") {
   require(checked, [&] {
     std::string m = check_call(a, x_name);
     if (m.empty()) m = check_source(src, a, x_name);
     return m;
   });
-  run(src, a, parallel);
+  dispatch_call(src, a, parallel);
 }
 
 }  // namespace rotary::detail

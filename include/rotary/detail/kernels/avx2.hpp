@@ -292,7 +292,7 @@ struct CacheOps {
 // 16 ymm registers. No blocked order (kBlockHalfBytes 0).
 inline constexpr int kMaxRegs = 4;
 inline constexpr std::int64_t kBlockHalfBytes = 0;
-inline constexpr int kBlock = 1;
+inline constexpr int kVectorsPerBlock = 1;
 // 16-bit gapped rows of calls that exceed the caches: rows asked for ahead as in avx512.hpp, for the
 // same reason.
 inline constexpr int kPrefetchRows16 = 16;

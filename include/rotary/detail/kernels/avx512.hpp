@@ -376,11 +376,11 @@ struct CacheOps {
 // Rows whose cos/sin fit in kMaxRegs cos + kMaxRegs sin vectors keep them in registers: 2*8 of the
 // 32 zmm registers. f32: half_split rotary_dim <= 256, interleaved <= 128.
 inline constexpr int kMaxRegs = 8;
-// Half rows of at least this many bytes take the blocked load/store order, kBlock vectors at a time
+// Half rows of at least this many bytes take the blocked load/store order, kVectorsPerBlock vectors at a time
 // (simd_body.hpp, HalfSplit::block): a 512-byte f32 half (head_dim 256) in one block. Shorter
 // halves keep the step order, which is the faster one for them.
 inline constexpr std::int64_t kBlockHalfBytes = 512;
-inline constexpr int kBlock = 8;
+inline constexpr int kVectorsPerBlock = 8;
 // 16-bit gapped rows of calls that exceed the caches (KernelArgs::prefetch): rotate_stream asks for
 // the row this many rows ahead, since their conversions leave the out-of-order window too few rows
 // to overlap misses in. Not f32 rows, which gain nothing from the hint and can lose.

@@ -253,7 +253,7 @@ struct CacheOps {
 // + up to 3 scalar pairs), f64: rotary_dim <= 34 (8 vectors + 1 pair). No blocked order.
 inline constexpr int kMaxRegs = 8;
 inline constexpr std::int64_t kBlockHalfBytes = 0;
-inline constexpr int kBlock = 1;
+inline constexpr int kVectorsPerBlock = 1;
 // No rows asked for ahead (not measured on an AArch64 core).
 inline constexpr int kPrefetchRows16 = 0;
 inline constexpr bool kAheadInRegisters = false;  // (kPrefetchRows16 is 0)

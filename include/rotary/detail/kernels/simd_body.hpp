@@ -12,7 +12,7 @@
 // What the including namespace provides:
 //   kMaxRegs          cos + sin vectors a token keeps in registers: 2 * kMaxRegs of them
 //   kBlockHalfBytes   half rows of at least this many bytes take the blocked order (0: never)
-//   kBlock            vectors per block
+//   kVectorsPerBlock  vectors per block
 //   copy_u16(in, out, n)   n 16-bit elements, bit for bit, nothing outside them touched
 //   kStreamStores     whether F32::stream and F64::stream exist (non-temporal full-vector stores)
 //                     and KernelArgs::stream_out is honoured; store_fence() orders them (sfence)
@@ -94,7 +94,7 @@ struct HalfSplit {
   // second, loaded in that order; the N results of the first half stored, then the N of the second.
   // The 2N data vectors and N results take the registers. The empty asm (a compiler barrier) keeps
   // the two store groups apart, which the compiler would interleave again. Two uses:
-  // * long halves (kBlockHalfBytes), N = kBlock, in the order the hardware prefetchers follow:
+  // * long halves (kBlockHalfBytes), N = kVectorsPerBlock, in the order the hardware prefetchers follow:
   //   the step order reads and writes x0 and x1 as two streams a half row apart, which they follow
   //   poorly, and whole halves beat smaller blocks.
   // * vectors narrower than a cache line (16-bit storage), N = line_steps(): each half's line
@@ -452,7 +452,7 @@ ROTARY_KERNEL_TARGET void rotate_stream(const KernelArgs<typename P::T>& a, std:
   const auto m = tail_of<P>(rest);
   const auto neg = S::sign(a.inverse);
   const C sign = a.inverse ? C(-1) : C(1);
-  constexpr std::int64_t kBlockPairs = std::int64_t{kBlock} * P::kPairs;
+  constexpr std::int64_t kBlockPairs = std::int64_t{kVectorsPerBlock} * P::kPairs;
   const bool ahead = prefetches<T>(a, Ahead::gapped);
   const std::int64_t row_bytes = a.rotary_dim * static_cast<std::int64_t>(sizeof(T));
   for (std::int64_t t = t0; t < t1; ++t) {
@@ -465,7 +465,7 @@ ROTARY_KERNEL_TARGET void rotate_stream(const KernelArgs<typename P::T>& a, std:
       if constexpr (P::kBlocked) {
         const typename P::template RowCoefs<decltype(neg)> from_row{cs, neg};
         if (kBlockHalfBytes > 0 && h * static_cast<std::int64_t>(sizeof(T)) >= kBlockHalfBytes) {
-          for (; j + kBlockPairs <= full; j += kBlockPairs) P::template block<kBlock>(in, out, h, j, from_row);
+          for (; j + kBlockPairs <= full; j += kBlockPairs) P::template block<kVectorsPerBlock>(in, out, h, j, from_row);
         }
         constexpr int kLine = line_steps<P>();
         if constexpr (kLine > 0) {
