@@ -246,8 +246,8 @@ struct ViewRows {
     return check_table_positions(positions, tokens, table.first_position(), table.rows());
   }
   ReadExtents reads(std::int64_t tokens) const noexcept { return table_reads(table, positions, tokens); }
-  RowSource<C> rows() const noexcept {
-    RowSource<C> s;
+  CosSinRows<C> rows() const noexcept {
+    CosSinRows<C> s;
     s.base = table.cos();
     s.sin_base = table.sin();
     s.stride = table.row_stride();

@@ -349,14 +349,14 @@ struct RowJob {
 // cos/sin row (rotary_dim values in the cache layout) for a position, and whether the output must
 // match the recomputation bit for bit (rows the kernels also read) or within tolerance().
 template <class T>
-struct RowSource {
+struct CosSinRows {
   std::function<std::vector<C<T>>(std::int64_t)> row;
   bool exact = true;
   double row_error = 0.0;  // bound on |kernel's cos/sin - these| when not exact
 };
 
 template <class T>
-RowSource<T> cache_rows(const rotary::CosSinCache<C<T>>& cache) {
+CosSinRows<T> cache_rows(const rotary::CosSinCache<C<T>>& cache) {
   return {[&cache](std::int64_t m) {
             const C<T>* r = cache.row(m);
             return std::vector<C<T>>(r, r + cache.rotary_dim());
@@ -373,7 +373,7 @@ struct Geometry {
 // Checks one output buffer (and, out of place, its input) after a call. in_before/out_before are
 // the snapshots; in place: in == out and in_before is out_before.
 template <class T>
-void verify(const std::string& what, const Geometry& g, Direction dir, const RowSource<T>& rows,
+void verify(const std::string& what, const Geometry& g, Direction dir, const CosSinRows<T>& rows,
             const std::vector<RowJob>& jobs, const std::vector<T>& in_before, const T* in_now,
             const std::vector<T>& out_before, const T* out_now, bool in_place) {
   const std::int64_t h = g.rotary_dim / 2;
@@ -565,13 +565,13 @@ class Fixture {
                                             T* out, const Positions& p, Direction dir) const;
   template <class Call>
   void check_call(const std::string& name, Direction dir, const std::vector<std::int64_t>& keys,
-                  const RowSource<T>& q_rows, const RowSource<T>& k_rows, const FormLayouts& l, bool in_place,
+                  const CosSinRows<T>& q_rows, const CosSinRows<T>& k_rows, const FormLayouts& l, bool in_place,
                   const Call& call);
   std::vector<std::vector<std::int64_t>> axis_streams(int streams, std::int64_t tokens, std::int64_t limit);
   void multi_axis_call(const rotary::MultiAxisRope<T>& r, const Variant& v, const FormLayouts& l, T* qi,
                        T* qo, T* ki, T* ko, const rotary::AxisPositions& p, Direction dir,
                        const rotary::ParallelFor& parallel) const;
-  RowSource<T> xpos_rows(const rotary::XPos<T>& xp, bool query, Direction dir, double center) const;
+  CosSinRows<T> xpos_rows(const rotary::XPos<T>& xp, bool query, Direction dir, double center) const;
   void xpos_call(const rotary::XPos<T>& xp, const Variant& v, bool query, const FormLayouts& l, T* qi, T* qo,
                  T* ki, T* ko, const Positions& p, double c, Direction dir,
                  const rotary::ParallelFor& parallel) const;
@@ -723,7 +723,7 @@ inline void sweep_case(const GuardCase& c) {
 //     type, flush side and shape), taking every user buffer as a Tensor<T> and every index array as a
 //     guarded_array / GuardedPositions (GuardedAxisPositions for position streams);
 //   * calls that rotate q (and k) rows: check_call(), which runs the call on the guarded buffers and
-//     on heap twins and checks rows (verify: exact cache_rows for table reads, a RowSource with
+//     on heap twins and checks rows (verify: exact cache_rows for table reads, a CosSinRows with
 //     exact = false for rows computed another way), padding, inputs and the twin, bit for bit;
 //   * other results: equal to the heap twin bit for bit and to an independent reference, inputs
 //     untouched (expect_untouched) — a call that merely does not fault is not enough;

@@ -196,7 +196,7 @@ void Fixture<T>::apply_qk_eigen() {
       Map mq(q.data(), kTokens * kHeads, d, Eigen::OuterStride<>(d));
       Map mk(k.data(), k_rows, d, Eigen::OuterStride<>(d));
       rotary::apply_qk(rope_, mq, mk, pos.get(), kHeads, k_heads, dir);
-      const RowSource<T> rows = cache_rows<T>(rope_.cache());
+      const CosSinRows<T> rows = cache_rows<T>(rope_.cache());
       verify<T>(where("apply_qk in place q", &pos), g_, dir, rows, strided_jobs(ql, ql, pos), q.before,
                 q.data(), q.before, q.data(), true);
       if (with_key)
@@ -213,7 +213,7 @@ void Fixture<T>::apply_qk_eigen() {
       const ConstMap mki(ki.data(), k_rows, d, Eigen::OuterStride<>(d));
       Map mko(ko.data(), k_rows, d, Eigen::OuterStride<>(d));
       rotary::apply_qk(rope_, mqi, mqo, mki, mko, pos.get(), kHeads, k_heads, dir);
-      const RowSource<T> rows = cache_rows<T>(rope_.cache());
+      const CosSinRows<T> rows = cache_rows<T>(rope_.cache());
       verify<T>(where("apply_qk out of place q", &pos), g_, dir, rows, strided_jobs(ql, ql, pos), qi.before,
                 qi.data(), qo.before, qo.data(), false);
       if (with_key)
@@ -252,7 +252,7 @@ void Fixture<T>::apply_qk_strided() {
     }
     const std::string name = std::string(unchecked ? "apply_qk_strided_unchecked" : "apply_qk_strided") +
                              (in_place ? " in place" : " out of place") + (with_key ? "" : " no key");
-    const RowSource<T> rows = cache_rows<T>(rope_.cache());
+    const CosSinRows<T> rows = cache_rows<T>(rope_.cache());
     verify<T>(where(name + " q", &pos), g_, dir, rows, strided_jobs(ql, ql, pos), qi.before, qi.data(),
               in_place ? qi.before : qo.before, q_out, in_place);
     if (with_key)
@@ -293,7 +293,7 @@ void Fixture<T>::on_the_fly() {
   for (int kind = 0; kind < 3; ++kind) {
     const GuardedPositions pos = positions(kind, tokens, std::int64_t{1} << 40);
     const auto table = rotary::CosSinCache<C<T>>::for_positions(f, pos.values());
-    RowSource<T> rows = cache_rows<T>(table);
+    CosSinRows<T> rows = cache_rows<T>(table);
     // Recurrence rows: in f32 1 ulp from the table on near-ties; in f64 the double recurrence
     // drifts a few ulp per step over a 32-token block (rows_on_the_fly.hpp: ~1e-14).
     rows.exact = false;
@@ -397,7 +397,7 @@ void Fixture<T>::qk_batch() {
   for (const Layout layout : {Layout::bshd, Layout::bhsd, Layout::sbhd}) {
     const BatchStrides qst = rotary::dense_strides(layout, qs);
     const BatchStrides kst = rotary::dense_strides(layout, ks);
-    const RowSource<T> rows = cache_rows<T>(rope_.cache());
+    const CosSinRows<T> rows = cache_rows<T>(rope_.cache());
     const std::string ln(rotary::to_string(layout));
     for (const bool with_key : {true, false}) {
       BatchPositions bp = batch_positions(mode++, qs.batch, qs.seq);
@@ -460,7 +460,7 @@ void Fixture<T>::varlen() {
   const std::int64_t d = g_.head_dim;
   const StridedLayout ql{total, kHeads, kHeads * d + 1, d};
   const StridedLayout kl{total, kKeyHeads, d, d};
-  const RowSource<T> rows = cache_rows<T>(rope_.cache());
+  const CosSinRows<T> rows = cache_rows<T>(rope_.cache());
   for (int variant = 0; variant < 4; ++variant) {
     const bool i32 = variant % 2 == 0;
     const auto cu32 = guarded_array<std::int32_t>(cu, flush_);
@@ -517,7 +517,7 @@ template <class T>
 void Fixture<T>::tensor_maps() {
   const BatchShape qs{3, kTokens, kHeads, g_.head_dim};
   const BatchShape ks{3, kTokens, kKeyHeads, g_.head_dim};
-  const RowSource<T> rows = cache_rows<T>(rope_.cache());
+  const CosSinRows<T> rows = cache_rows<T>(rope_.cache());
   int mode = 2;
   for (const Layout layout : {Layout::bshd, Layout::bhsd, Layout::sbhd}) {
     const auto dims = [layout](const BatchShape& s) -> Eigen::array<Eigen::Index, 4> {
@@ -578,7 +578,7 @@ void Fixture<T>::rerotate() {
   const double eps = std::is_same_v<C<T>, double> ? 0x1p-50 : 0x1p-24;
   // Rows of a rotation by delta * theta (any sign), from a double table at |delta|.
   const auto shift_rows = [&fa, eps]() {
-    return RowSource<T>{
+    return CosSinRows<T>{
         [&fa](std::int64_t delta) {
           const auto t = rotary::CosSinCache<double>::for_positions(fa, {delta < 0 ? -delta : delta});
           const double* r = t.row(delta < 0 ? -delta : delta);
@@ -623,7 +623,7 @@ void Fixture<T>::rerotate() {
   other.base = 500000.0;
   const rotary::Rope<T> to(other, rotary::OnTheFly{});
   const rotary::Frequencies fb = rotary::compute_frequencies(other);
-  const RowSource<T> change{
+  const CosSinRows<T> change{
       [&fa, &fb](std::int64_t m) {
         const auto ta = rotary::CosSinCache<double>::for_positions(fa, {m});
         const auto tb = rotary::CosSinCache<double>::for_positions(fb, {m});
@@ -665,7 +665,7 @@ rotary::detail::KernelArgs<T> Fixture<T>::kernel_args(const StridedLayout& il, c
   a.rotary_dim = g_.rotary_dim;
   a.pairing = g_.pairing;
   a.inverse = dir == Direction::inverse;
-  a.rows = rotary::detail::RowSource<C<T>>::table(rope_.cache(), p);
+  a.rows = rotary::detail::CosSinRows<C<T>>::table(rope_.cache(), p);
   a.q.in = in;
   a.q.out = out;
   a.q.in_token_stride = il.token_stride;

@@ -221,7 +221,7 @@ void convert_guarded(Flush flush, std::int64_t heads, std::int64_t head_dim, std
 template <class T>
 template <class Call>
 void Fixture<T>::check_call(const std::string& name, Direction dir, const std::vector<std::int64_t>& keys,
-                            const RowSource<T>& q_rows, const RowSource<T>& k_rows, const FormLayouts& l,
+                            const CosSinRows<T>& q_rows, const CosSinRows<T>& k_rows, const FormLayouts& l,
                             bool in_place, const Call& call) {
   const std::int64_t d = g_.head_dim;
   const bool with_key = l.ki.heads > 0;
@@ -307,7 +307,7 @@ void Fixture<T>::multi_axis() {
       exact = std::make_unique<rotary::CosSinCache<C<T>>>(
           rotary::CosSinCache<C<T>>::for_positions(f, pos.all()));
     const rotary::CosSinCache<C<T>>& table = fly ? *exact : rope_.cache();
-    RowSource<T> rows{[&table, &pos, &map, h](std::int64_t t) {
+    CosSinRows<T> rows{[&table, &pos, &map, h](std::int64_t t) {
                         std::vector<C<T>> r(static_cast<std::size_t>(2 * h));
                         for (std::int64_t j = 0; j < h; ++j) {
                           const C<T>* src = table.row(pos(map[j], t));
@@ -397,7 +397,7 @@ void Fixture<T>::multi_axis_call(const rotary::MultiAxisRope<T>& r, const Varian
 // zeta_0^(-300/512) = 1.9), and so do the kernel's two roundings of |x0| + |x1|: 16 ulp of the
 // compute type at magnitude 1 bound the row and output differences together.
 template <class T>
-RowSource<T> Fixture<T>::xpos_rows(const rotary::XPos<T>& xp, bool query, Direction dir,
+CosSinRows<T> Fixture<T>::xpos_rows(const rotary::XPos<T>& xp, bool query, Direction dir,
                                    double center) const {
   using R = std::conditional_t<std::is_same_v<C<T>, double>, long double, double>;
   const std::int64_t h = xp.pairs();
@@ -681,7 +681,7 @@ void Fixture<T>::gradients() {
     }
   }
   // input_gradient: dL/dx = R^T dL/dy, i.e. the table's rows in the opposite direction.
-  const RowSource<T> rows = cache_rows<T>(rope_.cache());
+  const CosSinRows<T> rows = cache_rows<T>(rope_.cache());
   for (const bool in_place : {false, true}) {
     const GuardedPositions pos = positions(in_place ? 2 : 1, kTokens);
     const Direction forward_dir = in_place ? Direction::forward : Direction::inverse;

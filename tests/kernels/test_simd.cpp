@@ -254,7 +254,7 @@ std::string check_shape(const SimdCase& c, Kernel<T> kernel, const Shape& s, std
   a.rotary_dim = s.rotary_dim;
   a.pairing = c.pairing;
   a.inverse = c.dir == Direction::inverse;
-  a.rows = rotary::detail::RowSource<rotary::compute_t<T>>::table(cache, rotary::Positions(pos));
+  a.rows = rotary::detail::CosSinRows<rotary::compute_t<T>>::table(cache, rotary::Positions(pos));
   a.q.in_token_stride = s.in.token_stride;
   a.q.in_head_stride = s.in.head_stride;
   const Layout& ol = c.in_place ? s.in : s.out;
@@ -434,7 +434,7 @@ std::vector<T> round_through(Kernel<T> kernel, const std::vector<float>& probes)
   a.tokens = tokens;
   a.head_dim = a.rotary_dim = d;
   a.pairing = Pairing::half_split;
-  a.rows = rotary::detail::RowSource<float>::block(rows.data(), d, 0);
+  a.rows = rotary::detail::CosSinRows<float>::block(rows.data(), d, 0);
   a.q.heads = 1;
   a.q.in = x.data();
   a.q.in_token_stride = 0;  // every token rotates the same input row

@@ -78,7 +78,7 @@ template <class T>
 KernelArgs<T> make_args(const Rope<T>& rope, const StreamArgs<T>& q, const StreamArgs<T>& k, std::int64_t tokens,
                         const Positions& positions, Direction dir) noexcept {
   KernelArgs<T> a = call_args(rope.head_dim(), rope.rotary_dim(), rope.pairing(), q, k, tokens, dir);
-  a.rows = RowSource<compute_t<T>>::table(rope.cache(), positions);
+  a.rows = CosSinRows<compute_t<T>>::table(rope.cache(), positions);
   return a;
 }
 template <class T>

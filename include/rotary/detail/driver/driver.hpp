@@ -9,7 +9,7 @@
 //                                                     overlap it (checks.hpp). Required, even of a
 //                                                     source that reads none (it returns {}).
 //   static constexpr bool kTable
-//   kTable:  RowSource<C> rows() const                 the kernels read a table directly (a cache)
+//   kTable:  CosSinRows<C> rows() const                 the kernels read a table directly (a cache)
 //   !kTable: rows are made per block of kBlock tokens:
 //            static constexpr std::int64_t kBlock
 //            Scratch scratch() const                   per-thread working memory
@@ -238,7 +238,7 @@ struct TableRows {
   Positions positions;
   std::string check(std::int64_t tokens, bool /*fused*/) const { return check_positions(positions, tokens, cache); }
   ReadExtents reads(std::int64_t tokens) const noexcept { return positions_read(positions, tokens); }
-  RowSource<C> rows() const noexcept { return RowSource<C>::table(*cache, positions); }
+  CosSinRows<C> rows() const noexcept { return CosSinRows<C>::table(*cache, positions); }
 };
 
 // Cache-free: exact rows computed per block (rows_on_the_fly.hpp).
@@ -296,10 +296,10 @@ void dispatch_call(const Source& src, KernelArgs<T> a, const ParallelFor& parall
         const std::int64_t from = std::max(t, begin);
         const std::int64_t stop = std::min(end, t + kBlock);
         src.fill(t, from, stop, rows.data(), key_rows, scratch);
-        qa.rows = RowSource<C>::block(rows.data(), a.rotary_dim, t);
+        qa.rows = CosSinRows<C>::block(rows.data(), a.rotary_dim, t);
         run_tokens(kernel, qa, from, stop);
         if (split) {
-          ka.rows = RowSource<C>::block(key_rows, a.rotary_dim, t);
+          ka.rows = CosSinRows<C>::block(key_rows, a.rotary_dim, t);
           run_tokens(kernel, ka, from, stop);
         }
       }

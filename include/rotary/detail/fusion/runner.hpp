@@ -39,7 +39,7 @@ void for_row_blocks(const Src& src, std::int64_t rotary_dim, std::int64_t begin,
       const std::int64_t from = std::max(t, begin);
       const std::int64_t stop = std::min(end, t + kBlock);
       src.fill(t, from, stop, rows.data(), nullptr, scratch);
-      f(RowSource<C>::block(rows.data(), rotary_dim, t), from, stop);
+      f(CosSinRows<C>::block(rows.data(), rotary_dim, t), from, stop);
     }
   }
 }
@@ -171,7 +171,7 @@ class PrologueRunner {
     if (k_scratch_out_) k_out_.reset(static_cast<std::size_t>(chunk_ * c.k_layout.heads * d_));
   }
 
-  void run(const RowSource<compute_t<T>>& rows, std::int64_t t0, std::int64_t t1) {
+  void run(const CosSinRows<compute_t<T>>& rows, std::int64_t t0, std::int64_t t1) {
     const std::int64_t per_chunk = chunk_ > 0 ? chunk_ : t1 - t0;
     std::int64_t t = t0;
     while (t < t1) {
@@ -241,7 +241,7 @@ class PrologueRunner {
 
   // Tokens [t, e): k_cache slots slot, slot + 1, .. (all >= 0), or all padding (slot < 0); runs are cut
   // by the k cache's slots when there is one, else by the v cache's.
-  void chunk(const RowSource<compute_t<T>>& rows, std::int64_t t, std::int64_t e, std::int64_t slot) {
+  void chunk(const CosSinRows<compute_t<T>>& rows, std::int64_t t, std::int64_t e, std::int64_t slot) {
     const std::int64_t n = e - t;
     const bool q = c_.q_layout.heads > 0;
     const bool k_out = c_.k_out_layout.heads > 0;
@@ -357,11 +357,11 @@ void prologue(bool checked, const R& r, const Prologue<T, E, W>& c, const rotato
     for_token_ranges(tokens, per_token, parallel, [&](std::int64_t begin, std::int64_t end) {
       PrologueRunner<T, E, W> runner(c, kernels, r.head_dim(), rotary_dim, r.pairing(), end - begin);
       if (!rotates) {  // v only: no rows needed
-        runner.run(RowSource<compute_t<T>>{}, begin, end);
+        runner.run(CosSinRows<compute_t<T>>{}, begin, end);
         return;
       }
       for_row_blocks<compute_t<T>>(src, rotary_dim, begin, end,
-                                   [&runner](const RowSource<compute_t<T>>& rows, std::int64_t from,
+                                   [&runner](const CosSinRows<compute_t<T>>& rows, std::int64_t from,
                                              std::int64_t stop) { runner.run(rows, from, stop); });
     });
   });

@@ -53,7 +53,7 @@ struct CosSin {
 //   rows made for a block of tokens (cache-free, multi-axis, xPos, re-rotation): [cos | sin] rows,
 //     positions contiguous from 0 and first = the block's first token, so r = t - first.
 template <class C>
-struct RowSource {
+struct CosSinRows {
   const C* base = nullptr;      // cos of row 0
   const C* sin_base = nullptr;  // sin of row 0
   std::ptrdiff_t stride = 0;
@@ -62,8 +62,8 @@ struct RowSource {
   Positions positions = Positions::contiguous();
 
   // The rows of a cache, looked up by these positions.
-  static RowSource table(const CosSinCache<C>& cache, const Positions& p) noexcept {
-    RowSource s;
+  static CosSinRows table(const CosSinCache<C>& cache, const Positions& p) noexcept {
+    CosSinRows s;
     s.base = cache.data();
     s.sin_base = cache.empty() ? nullptr : cache.data() + cache.pairs();  // no arithmetic on null
     s.stride = cache.rotary_dim();
@@ -73,8 +73,8 @@ struct RowSource {
     return s;
   }
   // [cos | sin] rows of rotary_dim values, consecutive tokens from token0 on.
-  static RowSource block(const C* rows, std::int64_t rotary_dim, std::int64_t token0) noexcept {
-    RowSource s;
+  static CosSinRows block(const C* rows, std::int64_t rotary_dim, std::int64_t token0) noexcept {
+    CosSinRows s;
     s.base = rows;
     s.sin_base = rows == nullptr ? nullptr : rows + rotary_dim / 2;  // no arithmetic on null (no rows)
     s.stride = rotary_dim;
@@ -83,8 +83,8 @@ struct RowSource {
   }
 
   // The rows of tokens t, t + 1, ... as tokens 0, 1, ...: a kernel call over a sub-range.
-  RowSource skip(std::int64_t t) const noexcept {
-    RowSource s = *this;
+  CosSinRows skip(std::int64_t t) const noexcept {
+    CosSinRows s = *this;
     s.positions = positions.skip(t);
     return s;
   }
@@ -115,7 +115,7 @@ struct KernelArgs {
   std::int64_t rotary_dim = 0;
   Pairing pairing = Pairing::half_split;
   bool inverse = false;
-  RowSource<C> rows;  // set by the driver just before the kernels run
+  CosSinRows<C> rows;  // set by the driver just before the kernels run
   // 16-bit rows read straight from more memory than the caches hold (prefetch_pays, set by the
   // driver): the kernels then ask for rows ahead (simd_body.hpp). Speed only, never a result.
   Ahead prefetch = Ahead::none;
@@ -180,23 +180,23 @@ Ahead prefetch_pays(std::int64_t tokens, std::int64_t rotary_dim, const RowSpan&
 // The two streams of a call (q's heads, then k's). Kernels copy this into locals so that their
 // stores never force reloads of the KernelArgs.
 template <class T>
-struct Rows {
+struct CallStreams {
   static constexpr int kStreams = 2;
   StreamArgs<T> q;
   StreamArgs<T> k;
-  explicit Rows(const KernelArgs<T>& a) noexcept : q(a.q), k(a.k) {}
+  explicit CallStreams(const KernelArgs<T>& a) noexcept : q(a.q), k(a.k) {}
   const StreamArgs<T>& stream(int i) const noexcept { return i == 0 ? q : k; }
 };
 
 // Token t's rows in order, q's heads then k's:
-//   for (TokenRows<T> w(rows, t); w.next();) { w.in() ... w.out() ... }
+//   for (TokenHeads<T> w(rows, t); w.next();) { w.in() ... w.out() ... }
 // Each step adds the head strides and a stream's first row takes one multiply: at decode sizes that
 // is cheaper than looking each row up by one head index over both streams (a branch and two
 // multiplies per head).
 template <class T>
-class TokenRows {
+class TokenHeads {
  public:
-  TokenRows(const Rows<T>& rows, std::int64_t t) noexcept : rows_(rows), t_(t) {}
+  TokenHeads(const CallStreams<T>& rows, std::int64_t t) noexcept : rows_(rows), t_(t) {}
   // To the next row; false after the last.
   bool next() noexcept {
     if (++head_ < heads_) {
@@ -204,7 +204,7 @@ class TokenRows {
       out_ += out_stride_;
       return true;
     }
-    while (++stream_ < Rows<T>::kStreams) {
+    while (++stream_ < CallStreams<T>::kStreams) {
       const StreamArgs<T>& s = rows_.stream(stream_);
       if (s.heads == 0) continue;  // (an absent stream's pointers may be null)
       heads_ = s.heads;
@@ -243,7 +243,7 @@ class TokenRows {
   }
 
  private:
-  const Rows<T>& rows_;
+  const CallStreams<T>& rows_;
   std::int64_t t_;
   int stream_ = -1;
   std::int64_t head_ = 0;

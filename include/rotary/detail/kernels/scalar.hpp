@@ -62,10 +62,10 @@ void rotate_tokens(const KernelArgs<T>& a, std::int64_t t0, std::int64_t t1) noe
   using C = compute_t<T>;
   const std::int64_t h = a.rotary_dim / 2;
   const C sign = a.inverse ? C(-1) : C(1);
-  const Rows<T> rows(a);
+  const CallStreams<T> rows(a);
   for (std::int64_t t = t0; t < t1; ++t) {
     const CosSin<C> cs = a.cos_sin_row(t);
-    for (TokenRows<T> w(rows, t); w.next();) {
+    for (TokenHeads<T> w(rows, t); w.next();) {
       rotate_row<T>(a.pairing, cs, h, sign, w.in(), w.out());
       copy_tail(w.in(), w.out(), a.rotary_dim, a.head_dim);
     }

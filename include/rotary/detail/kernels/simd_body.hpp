@@ -400,7 +400,7 @@ ROTARY_KERNEL_TARGET void rotate_registers(const KernelArgs<typename P::T>& a, s
   using C = typename P::C;
   using Coef = typename P::Coef;
   constexpr std::int64_t kFull = std::int64_t{K} * P::kPairs;
-  const Rows<T> rows(a);
+  const CallStreams<T> rows(a);
   const std::int64_t h = a.rotary_dim / 2;
   const std::int64_t pass = a.head_dim - a.rotary_dim;
   const int rest = static_cast<int>(h - kFull);
@@ -417,7 +417,7 @@ ROTARY_KERNEL_TARGET void rotate_registers(const KernelArgs<typename P::T>& a, s
     if constexpr (S::kMasked) {
       if (rest > 0) k[K] = P::coef(cs, kFull, neg, m);
     }
-    for (TokenRows<T> w(rows, t); w.next();) {
+    for (TokenHeads<T> w(rows, t); w.next();) {
       const T* in = w.in();
       T* out = w.out();
       if constexpr (kAhead) w.prefetch_ahead(kPrefetchRows16, row_bytes);
@@ -444,7 +444,7 @@ ROTARY_KERNEL_TARGET void rotate_stream(const KernelArgs<typename P::T>& a, std:
   using S = typename P::S;
   using T = typename P::T;
   using C = typename P::C;
-  const Rows<T> rows(a);
+  const CallStreams<T> rows(a);
   const std::int64_t h = a.rotary_dim / 2;
   const std::int64_t pass = a.head_dim - a.rotary_dim;
   const std::int64_t full = h - h % P::kPairs;
@@ -457,7 +457,7 @@ ROTARY_KERNEL_TARGET void rotate_stream(const KernelArgs<typename P::T>& a, std:
   const std::int64_t row_bytes = a.rotary_dim * static_cast<std::int64_t>(sizeof(T));
   for (std::int64_t t = t0; t < t1; ++t) {
     const CosSin<C> cs = a.cos_sin_row(t);
-    for (TokenRows<T> w(rows, t); w.next();) {
+    for (TokenHeads<T> w(rows, t); w.next();) {
       const T* in = w.in();
       T* out = w.out();
       if (ahead) w.prefetch_ahead(kPrefetchRows16, row_bytes);
