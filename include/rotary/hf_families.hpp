@@ -5,6 +5,7 @@
 #define ROTARY_HF_FAMILIES_HPP
 
 #include <cstdint>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -36,11 +37,12 @@ struct HfFamily {
   std::string_view nope_layer_type;  // layers of this type carry no RoPE ("" = none)
 };
 
-inline const std::vector<HfFamily>& hf_families() {
-  constexpr Pairing H = Pairing::half_split, I = Pairing::interleaved;
-  constexpr std::string_view F = "full_attention";
-  // clang-format off
-  static const std::vector<HfFamily> families = {
+namespace detail::hf_table {
+inline constexpr Pairing H = Pairing::half_split, I = Pairing::interleaved;
+inline constexpr std::string_view F = "full_attention";
+// The families, one row each (hf_families() serves them as a vector).
+// clang-format off
+inline constexpr HfFamily kFamilies[] = {
   // model_type       pair theta   max_pos  hidden heads hd  qk_rope prf  rdim local  L0    rope layer           NoPE layer
     {"llama",            H, 1e4,    2048,   4096,  32,  0,   0,  0,    0,   0,     0,    F, ""},
     // Llama 4: Llama4TextRotaryEmbedding's complex freqs_cis, view_as_complex over adjacent pairs;
@@ -127,8 +129,13 @@ inline const std::vector<HfFamily>& hf_families() {
     // HunYuan: Llama's rotate_half; its NTK-alpha rope_scaling is read as rope_type "ntk" (hf_json.hpp).
     {"hunyuan_v1_dense", H, 1e4,    2048,   4096,  32,  0,   0,  0,    0,   0,     0,    F, ""},
     {"hunyuan_v1_moe",   H, 1e4,    2048,   4096,  32,  0,   0,  0,    0,   0,     0,    F, ""},
-  };
-  // clang-format on
+};
+// clang-format on
+}  // namespace detail::hf_table
+
+inline const std::vector<HfFamily>& hf_families() {
+  static const std::vector<HfFamily> families(std::begin(detail::hf_table::kFamilies),
+                                              std::end(detail::hf_table::kFamilies));
   return families;
 }
 

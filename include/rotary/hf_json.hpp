@@ -276,60 +276,58 @@ inline bool hf_is_per_layer(const hf_json& rp) {
   return true;
 }
 
-}  // namespace detail
-
-// The rope-relevant keys of a parsed config.json (see the top of this header).
-inline HfConfig hf_config_from_json(const nlohmann::json& root) {
-  using detail::hf_json;
-  if (!root.is_object()) detail::hf_bad_type("(top level)", root, "an object");
-  HfConfig h;
-  const hf_json* cp = &root;
-  std::string top;
+// hf_config_from_json, step 1: the object transformers builds the language model from (text_config
+// when there is one, `top` its key prefix), with the composite's model_type and warnings for the keys
+// its top level sets in vain.
+inline const hf_json& hf_text_scope(const hf_json& root, std::string& top, HfConfig& h) {
   const auto tc = root.find("text_config");
-  const bool nested = tc != root.end() && !tc->is_null();
-  if (nested) {
-    if (!tc->is_object()) detail::hf_bad_type("text_config", *tc, "an object");
-    cp = &*tc;
-    top = "text_config.";
+  if (tc == root.end() || tc->is_null()) {
+    h.model_type = hf_get_string(root, "model_type", top);
+    return root;
   }
-  const hf_json& c = *cp;
-  h.model_type = detail::hf_get_string(c, "model_type", top);
-  if (nested) {
-    const auto composite = detail::hf_get_string(root, "model_type", "");
-    if (!h.model_type && composite) h.model_type = detail::hf_text_model_type(*composite);
-    for (const char* k : detail::kHfTextKeys) {
-      const auto it = root.find(k);
-      if (it == root.end() || it->is_null()) continue;
-      const auto in = c.find(k);
-      if (in != c.end() && *in == *it) continue;
-      h.warnings.push_back(std::string(k) + " at the top level is not read: transformers builds the language " +
-                           "model from text_config" +
-                           (in == c.end() ? std::string(" (which lacks it: the class default applies)")
-                                          : " (which says " + detail::hf_show(*in) + ")"));
-    }
-    detail::hf_check_spelling(root, "", h.warnings);
+  if (!tc->is_object()) hf_bad_type("text_config", *tc, "an object");
+  const hf_json& c = *tc;
+  top = "text_config.";
+  h.model_type = hf_get_string(c, "model_type", top);
+  const auto composite = hf_get_string(root, "model_type", "");
+  if (!h.model_type && composite) h.model_type = hf_text_model_type(*composite);
+  for (const char* k : kHfTextKeys) {
+    const auto it = root.find(k);
+    if (it == root.end() || it->is_null()) continue;
+    const auto in = c.find(k);
+    if (in != c.end() && *in == *it) continue;
+    h.warnings.push_back(std::string(k) + " at the top level is not read: transformers builds the language " +
+                         "model from text_config" +
+                         (in == c.end() ? std::string(" (which lacks it: the class default applies)")
+                                        : " (which says " + hf_show(*in) + ")"));
   }
-  detail::hf_check_spelling(c, top, h.warnings);
-  h.head_dim = detail::hf_get_int(c, "head_dim", top);
+  hf_check_spelling(root, "", h.warnings);
+  return c;
+}
+
+// hf_config_from_json, step 2: head geometry, rotated part, frequencies and context keys, each
+// capped where a larger value is no model's.
+inline void hf_read_scalars(const hf_json& c, const std::string& top, HfConfig& h) {
+  h.head_dim = hf_get_int(c, "head_dim", top);
   if (const auto hd = c.find("head_dim"); hd != c.end() && hd->is_null()) h.head_dim_null = true;
-  h.global_head_dim = detail::hf_get_int(c, "global_head_dim", top);
-  h.qk_rope_head_dim = detail::hf_get_int(c, "qk_rope_head_dim", top);
-  h.hidden_size = detail::hf_get_int(c, "hidden_size", top);
-  h.num_attention_heads = detail::hf_get_int(c, "num_attention_heads", top);
-  h.n_embd = detail::hf_get_int(c, "n_embd", top);
-  if (!h.n_embd) h.n_embd = detail::hf_get_int(c, "n_embed", top);  // Falcon's legacy name
-  h.n_head = detail::hf_get_int(c, "n_head", top);
-  h.rotary_dim = detail::hf_get_int(c, "rotary_dim", top);
-  h.partial_rotary_factor = detail::hf_get_double(c, "partial_rotary_factor", top);
-  h.rotary_pct = detail::hf_get_double(c, "rotary_pct", top);
-  h.rope_theta = detail::hf_get_double(c, "rope_theta", top);
-  h.rotary_emb_base = detail::hf_get_double(c, "rotary_emb_base", top);
-  h.rope_local_base_freq = detail::hf_get_double(c, "rope_local_base_freq", top);
-  h.max_position_embeddings = detail::hf_get_int(c, "max_position_embeddings", top);
-  h.n_positions = detail::hf_get_int(c, "n_positions", top);
-  h.original_max_position_embeddings = detail::hf_get_int(c, "original_max_position_embeddings", top);
-  h.rope_interleave = detail::hf_get_bool(c, "rope_interleave", top);
-  h.alibi = detail::hf_get_bool(c, "alibi", top);
+  h.global_head_dim = hf_get_int(c, "global_head_dim", top);
+  h.qk_rope_head_dim = hf_get_int(c, "qk_rope_head_dim", top);
+  h.hidden_size = hf_get_int(c, "hidden_size", top);
+  h.num_attention_heads = hf_get_int(c, "num_attention_heads", top);
+  h.n_embd = hf_get_int(c, "n_embd", top);
+  if (!h.n_embd) h.n_embd = hf_get_int(c, "n_embed", top);  // Falcon's legacy name
+  h.n_head = hf_get_int(c, "n_head", top);
+  h.rotary_dim = hf_get_int(c, "rotary_dim", top);
+  h.partial_rotary_factor = hf_get_double(c, "partial_rotary_factor", top);
+  h.rotary_pct = hf_get_double(c, "rotary_pct", top);
+  h.rope_theta = hf_get_double(c, "rope_theta", top);
+  h.rotary_emb_base = hf_get_double(c, "rotary_emb_base", top);
+  h.rope_local_base_freq = hf_get_double(c, "rope_local_base_freq", top);
+  h.max_position_embeddings = hf_get_int(c, "max_position_embeddings", top);
+  h.n_positions = hf_get_int(c, "n_positions", top);
+  h.original_max_position_embeddings = hf_get_int(c, "original_max_position_embeddings", top);
+  h.rope_interleave = hf_get_bool(c, "rope_interleave", top);
+  h.alibi = hf_get_bool(c, "alibi", top);
   const auto cap = [&top](const char* key, const std::optional<std::int64_t>& v, std::int64_t max) {
     if (v && *v > max)
       throw error("\"" + top + key + "\" (" + std::to_string(*v) + ") is larger than any model's (at most " +
@@ -341,47 +339,73 @@ inline HfConfig hf_config_from_json(const nlohmann::json& root) {
   cap("rotary_dim", h.rotary_dim, kHfMaxHeadDim);
   cap("hidden_size", h.hidden_size, kHfMaxHiddenSize);
   cap("n_embd", h.n_embd, kHfMaxHiddenSize);
-  if (const auto lt = c.find("layer_types"); lt != c.end() && !lt->is_null()) {
-    if (!lt->is_array()) detail::hf_bad_type(top + "layer_types", *lt, "an array of strings");
-    for (std::size_t i = 0; i < lt->size(); ++i) {
-      if (!(*lt)[i].is_string())
-        detail::hf_bad_type(top + "layer_types[" + std::to_string(i) + "]", (*lt)[i], "a string");
-      h.layer_types.push_back((*lt)[i].get<std::string>());
-    }
-  }
+}
 
-  // transformers 5 reads rope_scaling first, then rope_parameters.
+// hf_config_from_json, step 3: layer_types, an array of strings.
+inline void hf_read_layer_types(const hf_json& c, const std::string& top, HfConfig& h) {
+  const auto lt = c.find("layer_types");
+  if (lt == c.end() || lt->is_null()) return;
+  if (!lt->is_array()) hf_bad_type(top + "layer_types", *lt, "an array of strings");
+  for (std::size_t i = 0; i < lt->size(); ++i) {
+    if (!(*lt)[i].is_string()) hf_bad_type(top + "layer_types[" + std::to_string(i) + "]", (*lt)[i], "a string");
+    h.layer_types.push_back((*lt)[i].get<std::string>());
+  }
+}
+
+// hf_config_from_json, step 4 for rope_parameters keyed by layer type: each entry, its rope_theta
+// (the dict's, else the top-level one, else the class default of that layer type).
+inline void hf_read_per_layer(const hf_json& rp, const std::string& top, HfConfig& h) {
+  const HfFamily* family = find_hf_family(h.model_type.value_or(""));
+  for (const auto& kv : rp.items()) {
+    if (kv.value().is_null()) continue;
+    std::optional<double> theta;
+    auto p = hf_rope_parameters(kv.value(), top + "rope_parameters." + kv.key() + ".", &theta, h.warnings);
+    if (!theta) {
+      if (h.rope_theta)
+        p.rope_theta = *h.rope_theta;
+      else if (h.rotary_emb_base)
+        p.rope_theta = *h.rotary_emb_base;
+      else if (family && kv.key() == "sliding_attention" && family->rope_local_base_freq > 0.0)
+        p.rope_theta = family->rope_local_base_freq;
+      else if (family && family->rope_theta > 0.0)
+        p.rope_theta = family->rope_theta;
+    }
+    h.per_layer_type.emplace(kv.key(), std::move(p));
+  }
+}
+
+// hf_config_from_json, step 4: rope_scaling or rope_parameters (transformers 5 reads rope_scaling
+// first), flat or keyed by layer type; an explicit null rope_scaling is default RoPE.
+inline void hf_read_rope_dicts(const hf_json& c, const std::string& top, HfConfig& h) {
   const auto rs = c.find("rope_scaling");
   const auto rp = c.find("rope_parameters");
   const bool has_rs = rs != c.end() && !rs->is_null();
   const bool has_rp = rp != c.end() && !rp->is_null();
-  if (has_rs || (has_rp && !detail::hf_is_per_layer(*rp))) {
+  if (has_rs || (has_rp && !hf_is_per_layer(*rp))) {
     const hf_json& flat = has_rs ? *rs : *rp;
     const std::string where = top + (has_rs ? "rope_scaling." : "rope_parameters.");
     std::optional<double> theta;
-    h.rope_scaling = detail::hf_rope_parameters(flat, where, &theta, h.warnings);
+    h.rope_scaling = hf_rope_parameters(flat, where, &theta, h.warnings);
     if (theta) h.rope_theta = theta;  // HF: the dict's rope_theta wins over the top-level one
   } else if (has_rp) {
-    const HfFamily* family = find_hf_family(h.model_type.value_or(""));
-    for (const auto& kv : rp->items()) {
-      if (kv.value().is_null()) continue;
-      std::optional<double> theta;
-      auto p = detail::hf_rope_parameters(kv.value(), top + "rope_parameters." + kv.key() + ".", &theta, h.warnings);
-      if (!theta) {  // the top-level theta, else the class default of this layer type
-        if (h.rope_theta)
-          p.rope_theta = *h.rope_theta;
-        else if (h.rotary_emb_base)
-          p.rope_theta = *h.rotary_emb_base;
-        else if (family && kv.key() == "sliding_attention" && family->rope_local_base_freq > 0.0)
-          p.rope_theta = family->rope_local_base_freq;
-        else if (family && family->rope_theta > 0.0)
-          p.rope_theta = family->rope_theta;
-      }
-      h.per_layer_type.emplace(kv.key(), std::move(p));
-    }
+    hf_read_per_layer(*rp, top, h);
   } else if (rs != c.end() && rs->is_null()) {
     h.rope_scaling = RopeParameters{};  // an explicit null: default RoPE, whatever the class default
   }
+}
+
+}  // namespace detail
+
+// The rope-relevant keys of a parsed config.json (see the top of this header).
+inline HfConfig hf_config_from_json(const nlohmann::json& root) {
+  if (!root.is_object()) detail::hf_bad_type("(top level)", root, "an object");
+  HfConfig h;
+  std::string top;
+  const detail::hf_json& c = detail::hf_text_scope(root, top, h);
+  detail::hf_check_spelling(c, top, h.warnings);
+  detail::hf_read_scalars(c, top, h);
+  detail::hf_read_layer_types(c, top, h);
+  detail::hf_read_rope_dicts(c, top, h);
   return h;
 }
 

@@ -173,21 +173,22 @@ inline double yarn_mscale(double s, double k) {
 
 }  // namespace detail
 
-// Throws rotary::error naming the first problem. scaled_frequencies() calls it first.
-inline void validate(const RopeParameters& p, const ScalingInput& in) {
-  using detail::concat;
+namespace detail {
+
+// validate(), step 1: the rule's name and the shapes every rule needs.
+inline void validate_scaling_shape(const RopeParameters& p, const ScalingInput& in) {
   const std::string& t = p.rope_type;
-  if (!detail::is_known_rope_type(t))
+  if (!is_known_rope_type(t))
     throw error(concat("unknown rope_type '", t,
                        "' (known: default, linear, dynamic, ntk, yarn, longrope, llama3, proportional)"));
   if (in.head_dim <= 0) throw error(concat("head_dim (", in.head_dim, ") must be positive"));
-  const std::int64_t d = detail::scaling_rotary_dim(in);
+  const std::int64_t d = scaling_rotary_dim(in);
   if (d <= 0 || d > in.head_dim)
     throw error(concat("rotary_dim (", d, ") must be positive and <= head_dim (", in.head_dim, ")"));
   if (d % 2 != 0)
     throw error(concat("rotary_dim (", d, ") is odd", d == in.head_dim ? " (fully rotated head)" : "",
                        ": RoPE rotates pairs of coordinates; use an even rotary_dim"));
-  if (!(p.rope_theta > 0.0) || !detail::finite(p.rope_theta))
+  if (!(p.rope_theta > 0.0) || !finite(p.rope_theta))
     throw error(concat("rope_theta (", p.rope_theta, ") must be positive and finite"));
   if (in.max_position_embeddings < 0)
     throw error(concat("max_position_embeddings (", in.max_position_embeddings, ") must be >= 0"));
@@ -195,13 +196,18 @@ inline void validate(const RopeParameters& p, const ScalingInput& in) {
   if (p.original_max_position_embeddings && *p.original_max_position_embeddings <= 0)
     throw error(concat("original_max_position_embeddings (", *p.original_max_position_embeddings,
                        ") must be positive"));
+}
+
+// validate(), step 2: each optional value in its range, whatever the rule.
+inline void validate_scaling_values(const RopeParameters& p) {
+  const std::string& t = p.rope_type;
   const char* tc = t.c_str();
-  detail::require_finite_positive(tc, "factor", p.factor);
-  detail::require_finite_positive(tc, "attention_factor", p.attention_factor);
-  detail::require_finite_positive(tc, "low_freq_factor", p.low_freq_factor);
-  detail::require_finite_positive(tc, "high_freq_factor", p.high_freq_factor);
+  require_finite_positive(tc, "factor", p.factor);
+  require_finite_positive(tc, "attention_factor", p.attention_factor);
+  require_finite_positive(tc, "low_freq_factor", p.low_freq_factor);
+  require_finite_positive(tc, "high_freq_factor", p.high_freq_factor);
   const auto non_negative = [&t](const char* name, const std::optional<double>& v) {
-    if (v && (!(*v >= 0.0) || !detail::finite(*v)))
+    if (v && (!(*v >= 0.0) || !finite(*v)))
       throw error(concat("rope_type '", t, "': ", name, " (", *v, ") must be >= 0 and finite (0 = HF's default)"));
   };
   non_negative("beta_fast", p.beta_fast);
@@ -211,60 +217,215 @@ inline void validate(const RopeParameters& p, const ScalingInput& in) {
   if (p.partial_rotary_factor &&
       (!(*p.partial_rotary_factor >= 0.0) || !(*p.partial_rotary_factor <= 1.0)))
     throw error(concat("partial_rotary_factor (", *p.partial_rotary_factor, ") must be in [0, 1]"));
+}
 
+// validate(), step 3 for yarn: its ramp's order and the logarithm of its base.
+inline void validate_yarn(const RopeParameters& p) {
+  const double bf = (p.beta_fast && *p.beta_fast != 0.0) ? *p.beta_fast : 32.0;
+  const double bs = (p.beta_slow && *p.beta_slow != 0.0) ? *p.beta_slow : 1.0;
+  if (bf < bs)
+    throw error(concat("rope_type 'yarn': beta_fast (", bf, ") must be >= beta_slow (", bs,
+                       ") (HF only warns; the ramp would invert)"));
+  // The correction range d*ln(L0/(2*pi*beta)) / (2*ln rope_theta) divides by ln(rope_theta): 0 at 1
+  // (NaN frequencies), negative below 1 (the range inverts and no pair is interpolated). No other
+  // rule takes the logarithm of the base. resolve() relies on this check too.
+  if (!(p.rope_theta > 1.0))
+    throw error(concat("rope_type 'yarn': rope_theta (", p.rope_theta,
+                       ") must be > 1: its correction range divides by ln(rope_theta)"));
+}
+
+// validate(), step 3 for longrope: both factor lists, one per pair, and a default attention factor
+// that exists.
+inline void validate_longrope(const RopeParameters& p, const ScalingInput& in) {
+  const std::string& t = p.rope_type;
+  const std::int64_t d = scaling_rotary_dim(in);
+  require_key(t, "short_factor", !p.short_factor.empty());
+  require_key(t, "long_factor", !p.long_factor.empty());
+  check_factor_list(t, "short_factor", p.short_factor, d / 2);
+  check_factor_list(t, "long_factor", p.long_factor, d / 2);
+  if (!p.attention_factor) {
+    const double s = p.factor ? *p.factor
+                              : static_cast<double>(in.max_position_embeddings) /
+                                    static_cast<double>(scaling_l0(p, in));
+    if (s > 1.0 && scaling_l0(p, in) < 2)
+      throw error("rope_type 'longrope': the default attention factor sqrt(1 + ln s / ln L0) needs L0 >= 2");
+  }
+}
+
+// validate(), step 3 for llama3: its three keys and the order of its band.
+inline void validate_llama3(const RopeParameters& p) {
+  const std::string& t = p.rope_type;
+  require_key(t, "low_freq_factor", p.low_freq_factor.has_value());
+  require_key(t, "high_freq_factor", p.high_freq_factor.has_value());
+  require_key(t, "original_max_position_embeddings", p.original_max_position_embeddings.has_value());
+  if (!(*p.high_freq_factor >= *p.low_freq_factor))
+    throw error(concat("rope_type 'llama3': high_freq_factor (", *p.high_freq_factor,
+                       ") must be >= low_freq_factor (", *p.low_freq_factor,
+                       ") (HF only warns; swapped values invert the smoothing band)"));
+}
+
+// validate(), step 3: what the named rule needs beyond steps 1 and 2.
+inline void validate_scaling_rule(const RopeParameters& p, const ScalingInput& in) {
+  const std::string& t = p.rope_type;
+  const std::int64_t d = scaling_rotary_dim(in);
   const std::int64_t L = in.max_position_embeddings;
-  if (t == "linear" || t == "dynamic" || t == "ntk" || t == "llama3") detail::require_key(t, "factor", p.factor.has_value());
-  if (t != "default" && t != "proportional") detail::require_factor_at_least_one(t, p.factor);
+  if (t == "linear" || t == "dynamic" || t == "ntk" || t == "llama3") require_key(t, "factor", p.factor.has_value());
+  if (t != "default" && t != "proportional") require_factor_at_least_one(t, p.factor);
   if (t == "dynamic" && L <= 0)
     throw error("rope_type 'dynamic' needs max_position_embeddings (L) > 0: b' = b*(s*n/L - (s-1))^(d/(d-2))");
   if ((t == "dynamic" || t == "ntk") && d == 2)
     throw error(concat("rope_type '", t, "' needs rotary_dim > 2 (the exponent d/(d-2) is singular at d = 2)"));
   if (t == "yarn" || t == "longrope") {
-    const std::int64_t l0 = detail::scaling_l0(p, in);
-    if (l0 <= 0)
+    if (scaling_l0(p, in) <= 0)
       throw error(concat("rope_type '", t,
                          "' needs original_max_position_embeddings or max_position_embeddings (both missing)"));
     if (!p.factor && L <= 0)
       throw error(concat("rope_type '", t, "' without 'factor' needs max_position_embeddings (factor = L/L0)"));
   }
-  if (t == "yarn") {
-    const double bf = (p.beta_fast && *p.beta_fast != 0.0) ? *p.beta_fast : 32.0;
-    const double bs = (p.beta_slow && *p.beta_slow != 0.0) ? *p.beta_slow : 1.0;
-    if (bf < bs)
-      throw error(concat("rope_type 'yarn': beta_fast (", bf, ") must be >= beta_slow (", bs,
-                         ") (HF only warns; the ramp would invert)"));
-    // The correction range d*ln(L0/(2*pi*beta)) / (2*ln rope_theta) divides by ln(rope_theta): 0 at 1
-    // (NaN frequencies), negative below 1 (the range inverts and no pair is interpolated). No other
-    // rule takes the logarithm of the base. resolve() relies on this check too.
-    if (!(p.rope_theta > 1.0))
-      throw error(concat("rope_type 'yarn': rope_theta (", p.rope_theta,
-                         ") must be > 1: its correction range divides by ln(rope_theta)"));
-  }
-  if (t == "longrope") {
-    detail::require_key(t, "short_factor", !p.short_factor.empty());
-    detail::require_key(t, "long_factor", !p.long_factor.empty());
-    detail::check_factor_list(t, "short_factor", p.short_factor, d / 2);
-    detail::check_factor_list(t, "long_factor", p.long_factor, d / 2);
-    if (!p.attention_factor) {
-      const double s = p.factor ? *p.factor
-                                : static_cast<double>(L) / static_cast<double>(detail::scaling_l0(p, in));
-      if (s > 1.0 && detail::scaling_l0(p, in) < 2)
-        throw error("rope_type 'longrope': the default attention factor sqrt(1 + ln s / ln L0) needs L0 >= 2");
-    }
-  }
-  if (t == "llama3") {
-    detail::require_key(t, "low_freq_factor", p.low_freq_factor.has_value());
-    detail::require_key(t, "high_freq_factor", p.high_freq_factor.has_value());
-    detail::require_key(t, "original_max_position_embeddings", p.original_max_position_embeddings.has_value());
-    if (!(*p.high_freq_factor >= *p.low_freq_factor))
-      throw error(concat("rope_type 'llama3': high_freq_factor (", *p.high_freq_factor,
-                         ") must be >= low_freq_factor (", *p.low_freq_factor,
-                         ") (HF only warns; swapped values invert the smoothing band)"));
-  }
+  if (t == "yarn") validate_yarn(p);
+  if (t == "longrope") validate_longrope(p, in);
+  if (t == "llama3") validate_llama3(p);
   if (t == "proportional" && d != in.head_dim)
     throw error(concat("rope_type 'proportional' spans the whole head: rotary_dim (", d, ") must equal head_dim (",
                        in.head_dim, "); partial_rotary_factor selects the pairs with nonzero frequency"));
 }
+
+}  // namespace detail
+
+// Throws rotary::error naming the first problem. scaled_frequencies() calls it first.
+inline void validate(const RopeParameters& p, const ScalingInput& in) {
+  detail::validate_scaling_shape(p, in);
+  detail::validate_scaling_values(p);
+  detail::validate_scaling_rule(p, in);
+}
+
+namespace detail {
+
+// One function per rule of scaled_frequencies() (the table at the top of this header). Each runs
+// after validate(), so the keys its rule requires are present. They fill f.theta and, where the
+// rule has one, f.attention_factor (which starts at 1).
+
+// dynamic and ntk: a larger base b' (b * mult^(d/(d-2))).
+inline void dynamic_ntk_frequencies(const RopeParameters& p, const ScalingInput& in, const EngineQuirks& q,
+                                    Frequencies& f) {
+  const std::int64_t d = scaling_rotary_dim(in);
+  const long double s = *p.factor;
+  const long double L = static_cast<long double>(in.max_position_embeddings);
+  long double mult = s;  // ntk: b' = b * s^(d/(d-2))
+  if (p.rope_type == "dynamic") {
+    long double n = L;
+    if (q.vllm_dynamic_fixed_table) {
+      n = strict_mul(L, s);
+    } else if (in.seq_len && static_cast<long double>(*in.seq_len) > L) {
+      n = static_cast<long double>(*in.seq_len);
+    }
+    mult = strict_sub(strict_div(strict_mul(s, n), L), strict_sub(s, 1.0L));
+  }
+  const long double dd = static_cast<long double>(d);
+  const long double base =
+      strict_mul(static_cast<long double>(p.rope_theta), libm_powl(mult, strict_div(dd, strict_sub(dd, 2.0L))));
+  f.theta = inverse_frequencies(d, base, d / 2);
+}
+
+// s for yarn and longrope: factor, else L / L0.
+inline double context_factor(const RopeParameters& p, const ScalingInput& in) {
+  return p.factor ? *p.factor
+                  : strict_div(static_cast<double>(in.max_position_embeddings),
+                               static_cast<double>(scaling_l0(p, in)));
+}
+
+// yarn's attention factor (the order of precedence in the table at the top of this header).
+inline double yarn_attention_factor(const RopeParameters& p, const EngineQuirks& q, double s) {
+  if (q.ggml_yarn_magnitude) return strict_add(1.0, strict_mul(0.1, libm_log(s)));
+  if (p.attention_factor) return *p.attention_factor;
+  if (p.mscale && p.mscale_all_dim && *p.mscale != 0.0 && *p.mscale_all_dim != 0.0)
+    return strict_div(yarn_mscale(s, *p.mscale), yarn_mscale(s, *p.mscale_all_dim));
+  return yarn_mscale(s, 1.0);
+}
+
+inline void yarn_frequencies(const RopeParameters& p, const ScalingInput& in, const EngineQuirks& q,
+                             Frequencies& f) {
+  const std::int64_t d = scaling_rotary_dim(in);
+  const std::int64_t l0 = scaling_l0(p, in);
+  const double s = context_factor(p, in);
+  const double beta_fast = (p.beta_fast && *p.beta_fast != 0.0) ? *p.beta_fast : 32.0;
+  const double beta_slow = (p.beta_slow && *p.beta_slow != 0.0) ? *p.beta_slow : 1.0;
+  const double dd = static_cast<double>(d);
+  const double pi = 3.14159265358979323846;
+  const auto corr = [&](double beta) {
+    const double ln = libm_log(strict_div(static_cast<double>(l0), strict_mul(strict_mul(beta, 2.0), pi)));
+    return strict_div(strict_mul(dd, ln), strict_mul(2.0, libm_log(p.rope_theta)));
+  };
+  double low = corr(beta_fast);
+  double high = corr(beta_slow);
+  if (p.truncate.value_or(true)) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max(low, 0.0);
+  high = std::min(high, dd - 1.0);
+  if (low == high) high = strict_add(high, 0.001);
+  const std::vector<double> inv = inverse_frequencies(d, p.rope_theta, d / 2);
+  f.theta.resize(inv.size());
+  for (std::size_t i = 0; i < inv.size(); ++i) {
+    const double ramp =
+        std::clamp(strict_div(strict_sub(static_cast<double>(i), low), strict_sub(high, low)), 0.0, 1.0);
+    const double extrapolation = strict_sub(1.0, ramp);  // HF's inv_freq_extrapolation_factor
+    f.theta[i] = strict_add(strict_mul(strict_div(inv[i], s), strict_sub(1.0, extrapolation)),
+                            strict_mul(inv[i], extrapolation));
+  }
+  f.attention_factor = yarn_attention_factor(p, q, s);
+}
+
+inline void longrope_frequencies(const RopeParameters& p, const ScalingInput& in, const EngineQuirks& q,
+                                 Frequencies& f) {
+  const std::int64_t d = scaling_rotary_dim(in);
+  const std::int64_t l0 = scaling_l0(p, in);
+  const double s = context_factor(p, in);
+  const bool use_long = q.vllm_longrope_always_long || (in.seq_len && *in.seq_len > l0);
+  const std::vector<double>& ext = use_long ? p.long_factor : p.short_factor;
+  f.theta = inverse_frequencies(d, p.rope_theta, d / 2);
+  for (std::size_t i = 0; i < f.theta.size(); ++i) f.theta[i] = strict_div(f.theta[i], ext[i]);
+  if (p.attention_factor) {
+    f.attention_factor = *p.attention_factor;
+  } else if (s > 1.0) {
+    f.attention_factor =
+        std::sqrt(strict_add(1.0, strict_div(libm_log(s), libm_log(static_cast<double>(l0)))));
+  }
+}
+
+inline void llama3_frequencies(const RopeParameters& p, const ScalingInput& in, Frequencies& f) {
+  const std::int64_t d = scaling_rotary_dim(in);
+  const double s = *p.factor;
+  const double lo = *p.low_freq_factor;
+  const double hi = *p.high_freq_factor;
+  const double l0 = static_cast<double>(*p.original_max_position_embeddings);
+  const double low_wavelen = strict_div(l0, lo);
+  const double high_wavelen = strict_div(l0, hi);
+  const double two_pi = 6.283185307179586476925;
+  f.theta = inverse_frequencies(d, p.rope_theta, d / 2);
+  for (double& x : f.theta) {
+    const double wavelen = strict_div(two_pi, x);
+    if (wavelen > low_wavelen) {
+      x = strict_div(x, s);
+    } else if (hi > lo && wavelen >= high_wavelen) {  // medium band, both ends inclusive; empty if hi == lo
+      const double sm = strict_div(strict_sub(strict_div(l0, wavelen), lo), strict_sub(hi, lo));
+      x = strict_add(strict_div(strict_mul(strict_sub(1.0, sm), x), s), strict_mul(sm, x));
+    }  // else high frequency: unchanged
+  }
+}
+
+inline void proportional_frequencies(const RopeParameters& p, const ScalingInput& in, Frequencies& f) {
+  const double s = p.factor.value_or(1.0);
+  const double frac = p.partial_rotary_factor.value_or(1.0);
+  const auto rope_angles =
+      static_cast<std::int64_t>(std::floor(strict_div(strict_mul(frac, static_cast<double>(in.head_dim)), 2.0)));
+  const std::vector<double> rotated = inverse_frequencies(in.head_dim, p.rope_theta, rope_angles);
+  f.theta.assign(static_cast<std::size_t>(in.head_dim / 2), 0.0);
+  for (std::size_t i = 0; i < rotated.size(); ++i) f.theta[i] = strict_div(rotated[i], s);
+}
+
+}  // namespace detail
 
 // theta_i and the attention factor of rule p.rope_type (see the table at the top of this header).
 // The arithmetic runs through detail::strict_* and libm_* (detail/fp.hpp): value-unsafe flags
@@ -274,125 +435,23 @@ inline Frequencies scaled_frequencies(const RopeParameters& p, const ScalingInpu
   validate(p, in);
   const std::string& t = p.rope_type;
   const std::int64_t d = detail::scaling_rotary_dim(in);
-  const std::int64_t pairs = d / 2;
-  const long double b = p.rope_theta;
   Frequencies f;
   f.attention_factor = 1.0;
-
   if (t == "default") {
-    f.theta = detail::inverse_frequencies(d, b, pairs);
+    f.theta = detail::inverse_frequencies(d, p.rope_theta, d / 2);
   } else if (t == "linear") {
-    f.theta = detail::inverse_frequencies(d, b, pairs);
+    f.theta = detail::inverse_frequencies(d, p.rope_theta, d / 2);
     for (double& x : f.theta) x = detail::strict_div(x, *p.factor);
   } else if (t == "dynamic" || t == "ntk") {
-    const long double s = *p.factor;
-    const long double L = static_cast<long double>(in.max_position_embeddings);
-    long double mult = s;  // ntk: b' = b * s^(d/(d-2))
-    if (t == "dynamic") {
-      long double n = L;
-      if (q.vllm_dynamic_fixed_table) {
-        n = detail::strict_mul(L, s);
-      } else if (in.seq_len && static_cast<long double>(*in.seq_len) > L) {
-        n = static_cast<long double>(*in.seq_len);
-      }
-      mult = detail::strict_sub(detail::strict_div(detail::strict_mul(s, n), L), detail::strict_sub(s, 1.0L));
-    }
-    const long double dd = static_cast<long double>(d);
-    const long double base = detail::strict_mul(b, detail::libm_powl(mult, detail::strict_div(dd, detail::strict_sub(dd, 2.0L))));
-    f.theta = detail::inverse_frequencies(d, base, pairs);
+    detail::dynamic_ntk_frequencies(p, in, q, f);
   } else if (t == "yarn") {
-    const std::int64_t l0 = detail::scaling_l0(p, in);
-    const double s = p.factor ? *p.factor
-                              : detail::strict_div(static_cast<double>(in.max_position_embeddings),
-                                                   static_cast<double>(l0));
-    const double beta_fast = (p.beta_fast && *p.beta_fast != 0.0) ? *p.beta_fast : 32.0;
-    const double beta_slow = (p.beta_slow && *p.beta_slow != 0.0) ? *p.beta_slow : 1.0;
-    const bool truncate = p.truncate.value_or(true);
-    const double dd = static_cast<double>(d);
-    const double pi = 3.14159265358979323846;
-    const auto corr = [&](double beta) {
-      using detail::strict_div;
-      using detail::strict_mul;
-      const double ln = detail::libm_log(strict_div(static_cast<double>(l0), strict_mul(strict_mul(beta, 2.0), pi)));
-      return strict_div(strict_mul(dd, ln), strict_mul(2.0, detail::libm_log(p.rope_theta)));
-    };
-    double low = corr(beta_fast);
-    double high = corr(beta_slow);
-    if (truncate) {
-      low = std::floor(low);
-      high = std::ceil(high);
-    }
-    low = std::max(low, 0.0);
-    high = std::min(high, dd - 1.0);
-    if (low == high) high = detail::strict_add(high, 0.001);
-    const std::vector<double> inv = detail::inverse_frequencies(d, b, pairs);
-    f.theta.resize(inv.size());
-    for (std::size_t i = 0; i < inv.size(); ++i) {
-      using detail::strict_add;
-      using detail::strict_div;
-      using detail::strict_mul;
-      using detail::strict_sub;
-      const double ramp =
-          std::clamp(strict_div(strict_sub(static_cast<double>(i), low), strict_sub(high, low)), 0.0, 1.0);
-      const double extrapolation = strict_sub(1.0, ramp);  // HF's inv_freq_extrapolation_factor
-      f.theta[i] = strict_add(strict_mul(strict_div(inv[i], s), strict_sub(1.0, extrapolation)),
-                              strict_mul(inv[i], extrapolation));
-    }
-    if (q.ggml_yarn_magnitude) {
-      f.attention_factor = detail::strict_add(1.0, detail::strict_mul(0.1, detail::libm_log(s)));
-    } else if (p.attention_factor) {
-      f.attention_factor = *p.attention_factor;
-    } else if (p.mscale && p.mscale_all_dim && *p.mscale != 0.0 && *p.mscale_all_dim != 0.0) {
-      f.attention_factor =
-          detail::strict_div(detail::yarn_mscale(s, *p.mscale), detail::yarn_mscale(s, *p.mscale_all_dim));
-    } else {
-      f.attention_factor = detail::yarn_mscale(s, 1.0);
-    }
+    detail::yarn_frequencies(p, in, q, f);
   } else if (t == "longrope") {
-    const std::int64_t l0 = detail::scaling_l0(p, in);
-    const double s = p.factor ? *p.factor
-                              : detail::strict_div(static_cast<double>(in.max_position_embeddings),
-                                                   static_cast<double>(l0));
-    const bool use_long = q.vllm_longrope_always_long || (in.seq_len && *in.seq_len > l0);
-    const std::vector<double>& ext = use_long ? p.long_factor : p.short_factor;
-    f.theta = detail::inverse_frequencies(d, b, pairs);
-    for (std::size_t i = 0; i < f.theta.size(); ++i) f.theta[i] = detail::strict_div(f.theta[i], ext[i]);
-    if (p.attention_factor) {
-      f.attention_factor = *p.attention_factor;
-    } else if (s > 1.0) {
-      f.attention_factor = std::sqrt(detail::strict_add(
-          1.0, detail::strict_div(detail::libm_log(s), detail::libm_log(static_cast<double>(l0)))));
-    }
+    detail::longrope_frequencies(p, in, q, f);
   } else if (t == "llama3") {
-    const double s = *p.factor;
-    const double lo = *p.low_freq_factor;
-    const double hi = *p.high_freq_factor;
-    const double l0 = static_cast<double>(*p.original_max_position_embeddings);
-    using detail::strict_add;
-    using detail::strict_div;
-    using detail::strict_mul;
-    using detail::strict_sub;
-    const double low_wavelen = strict_div(l0, lo);
-    const double high_wavelen = strict_div(l0, hi);
-    const double two_pi = 6.283185307179586476925;
-    f.theta = detail::inverse_frequencies(d, b, pairs);
-    for (double& x : f.theta) {
-      const double wavelen = strict_div(two_pi, x);
-      if (wavelen > low_wavelen) {
-        x = strict_div(x, s);
-      } else if (hi > lo && wavelen >= high_wavelen) {  // medium band, both ends inclusive; empty if hi == lo
-        const double sm = strict_div(strict_sub(strict_div(l0, wavelen), lo), strict_sub(hi, lo));
-        x = strict_add(strict_div(strict_mul(strict_sub(1.0, sm), x), s), strict_mul(sm, x));
-      }  // else high frequency: unchanged
-    }
-  } else {  // proportional
-    const double s = p.factor.value_or(1.0);
-    const double frac = p.partial_rotary_factor.value_or(1.0);
-    const auto rope_angles =
-        static_cast<std::int64_t>(std::floor(detail::strict_div(detail::strict_mul(frac, static_cast<double>(in.head_dim)), 2.0)));
-    const std::vector<double> rotated = detail::inverse_frequencies(in.head_dim, b, rope_angles);
-    f.theta.assign(static_cast<std::size_t>(in.head_dim / 2), 0.0);
-    for (std::size_t i = 0; i < rotated.size(); ++i) f.theta[i] = detail::strict_div(rotated[i], s);
+    detail::llama3_frequencies(p, in, f);
+  } else {
+    detail::proportional_frequencies(p, in, f);
   }
   f.validate();
   return f;
