@@ -179,6 +179,84 @@ TEST(Onnx, ContribScalarStart) {
   }
 }
 
+// ONNX Runtime's contrib op reads num_heads 0 with 3-D input (the attribute's default) as head_size =
+// twice the cache width; a 4-D input's num_heads attribute is not read by either op (its shape says
+// it). Each form equals the call with the attribute spelled out, bit for bit; what ORT itself refuses
+// or gets wrong stays refused.
+TEST(Onnx, NumHeadsDefaults) {
+  std::mt19937_64 rng(rotary_test::seed() + 450);
+  const std::int64_t b = 2, s = 3, h = 4, d = 16, max_pos = 20;
+  const std::vector<float> x = rotary_test::random_vector<float>(static_cast<std::size_t>(b * s * h * d), rng);
+  const std::vector<float> cos = rotary_test::random_vector<float>(static_cast<std::size_t>(max_pos * d / 2), rng);
+  const std::vector<float> sin = rotary_test::random_vector<float>(static_cast<std::size_t>(max_pos * d / 2), rng);
+  const std::vector<std::int64_t> ids = {3, 0, 19, 7, 7, 1};
+  const auto contrib = [&](const std::vector<std::int64_t>& shape, const RotaryEmbeddingAttrs& a) {
+    std::vector<float> out(x.size());
+    rotary::onnx::contrib::rotary_embedding(x.data(), shape, ids.data(), {b, s}, cos.data(), sin.data(),
+                                            {max_pos, d / 2}, out.data(), a);
+    return out;
+  };
+  const auto opset = [&](const std::vector<std::int64_t>& shape, const RotaryEmbeddingAttrs& a) {
+    std::vector<float> out(x.size());
+    rotary::onnx::rotary_embedding(x.data(), shape, cos.data(), sin.data(), {max_pos, d / 2}, ids.data(),
+                                   out.data(), a);
+    return out;
+  };
+  for (const bool interleaved : {false, true}) {
+    SCOPED_TRACE(interleaved ? "interleaved" : "half_split");
+    const RotaryEmbeddingAttrs given{interleaved, 0, h};
+    const RotaryEmbeddingAttrs none{interleaved, 0, 0};
+    const std::vector<float> want3 = contrib({b, s, h * d}, given);
+    EXPECT_FALSE(rotary_test::same_bits(want3, x));
+    EXPECT_TRUE(rotary_test::same_bits(contrib({b, s, h * d}, none), want3)) << "contrib 3-D, num_heads 0";
+    const std::vector<float> want4 = opset({b, h, s, d}, none);
+    for (const std::int64_t wrong : {std::int64_t{1}, std::int64_t{3}, std::int64_t{5}, std::int64_t{-2}}) {
+      const RotaryEmbeddingAttrs stray{interleaved, 0, wrong};
+      EXPECT_TRUE(rotary_test::same_bits(opset({b, h, s, d}, stray), want4)) << "opset 4-D, num_heads " << wrong;
+      EXPECT_TRUE(rotary_test::same_bits(contrib({b, h, s, d}, stray), want4)) << "contrib 4-D, num_heads " << wrong;
+    }
+  }
+  using rotary_test::expect_error;
+  std::vector<float> out(x.size());
+  // The opset-23 op has no such default: the spec requires num_heads for 3-D input.
+  expect_error([&] { opset({b, s, h * d}, RotaryEmbeddingAttrs{}); }, {"needs num_heads > 0"});
+  // ORT refuses num_heads 0 with a rotary_embedding_dim, and so do we.
+  expect_error([&] { contrib({b, s, h * d}, RotaryEmbeddingAttrs{false, 8, 0}); },
+               {"onnx::contrib::rotary_embedding: 3-D input [2, 3, 64] with rotary_embedding_dim 8 needs num_heads > 0"});
+  // A hidden size that is not a multiple of twice the cache width: ORT would leave its tail unwritten.
+  expect_error([&] {
+    rotary::onnx::contrib::rotary_embedding(x.data(), {b, s, h * d - 8}, ids.data(), {b, s}, cos.data(), sin.data(),
+                                            {max_pos, d / 2}, out.data(), RotaryEmbeddingAttrs{});
+  }, {"hidden size 56 is not a positive multiple of 16"});
+  expect_error([&] {
+    rotary::onnx::contrib::rotary_embedding(x.data(), {b, s, h * d}, ids.data(), {b, s}, cos.data(), sin.data(),
+                                            {max_pos, 0}, out.data(), RotaryEmbeddingAttrs{});
+  }, {"twice the cos/sin cache width"});
+}
+
+// More tokens than cache rows: ORT refuses the call, but every position here is inside the cache, so the
+// rotation is defined and rotary serves it (each token equals its own one-token call).
+TEST(Onnx, MoreTokensThanCacheRows) {
+  std::mt19937_64 rng(rotary_test::seed() + 460);
+  const std::int64_t b = 1, s = 9, h = 2, d = 8, max_pos = 4;
+  const std::vector<float> x = rotary_test::random_vector<float>(static_cast<std::size_t>(b * s * h * d), rng);
+  const std::vector<float> cos = rotary_test::random_vector<float>(static_cast<std::size_t>(max_pos * d / 2), rng);
+  const std::vector<float> sin = rotary_test::random_vector<float>(static_cast<std::size_t>(max_pos * d / 2), rng);
+  std::vector<std::int64_t> ids(static_cast<std::size_t>(s));
+  for (std::int64_t t = 0; t < s; ++t) ids[static_cast<std::size_t>(t)] = (t * 3) % max_pos;
+  std::vector<float> out(x.size());
+  rotary::onnx::contrib::rotary_embedding(x.data(), {b, s, h * d}, ids.data(), {b, s}, cos.data(), sin.data(),
+                                          {max_pos, d / 2}, out.data(), RotaryEmbeddingAttrs{false, 0, h});
+  for (std::int64_t t = 0; t < s; ++t) {
+    std::vector<float> one(static_cast<std::size_t>(h * d));
+    const float* xt = x.data() + t * h * d;
+    rotary::onnx::contrib::rotary_embedding(xt, {1, 1, h * d}, &ids[static_cast<std::size_t>(t)], {1, 1},
+                                            cos.data(), sin.data(), {max_pos, d / 2}, one.data(),
+                                            RotaryEmbeddingAttrs{false, 0, h});
+    EXPECT_EQ(std::memcmp(one.data(), out.data() + t * h * d, one.size() * sizeof(float)), 0) << "token " << t;
+  }
+}
+
 TEST(Onnx, Refusals) {
   std::vector<float> x(2 * 3 * 4 * 8 + 1);  // + 1: room for the overlapping output below
   std::vector<float> out(x.size());
@@ -194,7 +272,6 @@ TEST(Onnx, Refusals) {
   RotaryEmbeddingAttrs five = a;
   five.num_heads = 5;
   expect_error([&] { call({2, 4, 24}, {50, 4}, ids.data(), five); }, {"hidden size 24", "num_heads (5)"});
-  expect_error([&] { call({2, 3, 4, 8}, {50, 4}, ids.data(), five); }, {"num_heads (5) disagrees"});
   expect_error([&] { call({2, 3, 32}, {50, 4}, ids.data(), a); }, {"3-D input"});
   expect_error([&] { call({48, 4}, {50, 4}, ids.data(), a); }, {"must be 3-D", "or 4-D"});
   RotaryEmbeddingAttrs odd = a;

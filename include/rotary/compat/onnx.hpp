@@ -2,7 +2,7 @@
 // RotaryEmbedding contrib op, with their semantics, on rotary's kernels.
 //
 // ai.onnx RotaryEmbedding-23 (rotary::onnx::rotary_embedding):
-//   input     3-D [B, S, H*D] (attrs.num_heads = H required) or 4-D [B, H, S, D]
+//   input     3-D [B, S, H*D] (attrs.num_heads = H required) or 4-D [B, H, S, D] (num_heads not read)
 //   cos/sin   [max_pos, r/2] indexed by position_ids [B, S]; or, with position_ids null,
 //             [B, S, r/2]: one row per (batch, token)
 //   r         attrs.rotary_embedding_dim, 0 for the whole head (D); coordinates [r, D) pass through
@@ -20,7 +20,10 @@
 //
 // com.microsoft RotaryEmbedding (rotary::onnx::contrib::rotary_embedding): the same math; input 3-D
 // [B, S, H*D] or 4-D [B, H, S, D]; cos/sin [max_pos, r/2]; position_ids [B, S], or of shape [1] (or
-// a scalar, shape []): a start offset, positions start + s for every batch.
+// a scalar, shape []): a start offset, positions start + s for every batch. With 3-D input, num_heads 0
+// (the op's default) and rotary_embedding_dim 0, the head size is twice the cache width and num_heads
+// hidden / head size, as ONNX Runtime infers them. More tokens than cache rows are served when every
+// position is inside the cache (ORT refuses them; the rotation is well defined).
 #ifndef ROTARY_COMPAT_ONNX_HPP
 #define ROTARY_COMPAT_ONNX_HPP
 
@@ -45,7 +48,7 @@ namespace rotary::onnx {
 struct RotaryEmbeddingAttrs {
   bool interleaved = false;
   std::int64_t rotary_embedding_dim = 0;  // 0: the whole head
-  std::int64_t num_heads = 0;             // required for 3-D input
+  std::int64_t num_heads = 0;             // 3-D input: required (contrib op: 0 infers it); 4-D: not read
 };
 
 namespace detail {
@@ -91,10 +94,7 @@ inline Geometry geometry(const std::vector<std::int64_t>& shape, const RotaryEmb
     g.heads = attrs.num_heads;
     g.head_dim = shape[2] / attrs.num_heads;
     g.per_batch = StridedLayout{g.seq, g.heads, g.heads * g.head_dim, g.head_dim};  // [S, H, D]
-  } else if (shape.size() == 4) {
-    if (attrs.num_heads != 0 && attrs.num_heads != shape[1])
-      throw error(concat(op, ": num_heads (", attrs.num_heads, ") disagrees with input ", shape_string(shape),
-                         " = [batch, num_heads, seq, head_size]"));
+  } else if (shape.size() == 4) {  // num_heads is not read: the shape says it (as the spec and ORT)
     g.batch = shape[0];
     g.heads = shape[1];
     g.seq = shape[2];
@@ -110,6 +110,28 @@ inline Geometry geometry(const std::vector<std::int64_t>& shape, const RotaryEmb
     throw error(concat(op, ": rotary_embedding_dim (", g.rotary_dim, ") must be even, > 0 and <= head_size (",
                        g.head_dim, ")"));
   return g;
+}
+
+// The contrib op's defaults for 3-D input (ONNX Runtime's rotary_embedding_helper): num_heads 0
+// with rotary_embedding_dim 0 means head_size = twice the cache width and num_heads = hidden /
+// head_size; num_heads 0 with rotary_embedding_dim > 0 is an error there too. A hidden size that is not
+// a multiple of that head size is refused (ORT rounds num_heads down and leaves the rest unwritten).
+inline RotaryEmbeddingAttrs contrib_attrs(const std::vector<std::int64_t>& shape,
+                                          const std::vector<std::int64_t>& cache_shape,
+                                          const RotaryEmbeddingAttrs& attrs, const char* op) {
+  if (shape.size() != 3 || attrs.num_heads != 0 || cache_shape.size() != 2) return attrs;
+  if (attrs.rotary_embedding_dim != 0)
+    throw error(concat(op, ": 3-D input ", shape_string(shape), " with rotary_embedding_dim ",
+                       attrs.rotary_embedding_dim, " needs num_heads > 0 (num_heads 0 infers the head size "
+                       "from the cos/sin cache only when rotary_embedding_dim is 0)"));
+  const std::int64_t head = 2 * cache_shape[1];  // elements() bounded the cache: no overflow
+  if (head <= 0 || shape[2] % head != 0 || shape[2] == 0)
+    throw error(concat(op, ": 3-D input ", shape_string(shape), " with num_heads 0 takes head_size = 2 * ",
+                       cache_shape[1], " (twice the cos/sin cache width), and its hidden size ", shape[2],
+                       " is not a positive multiple of ", head, "; give num_heads"));
+  RotaryEmbeddingAttrs inferred = attrs;
+  inferred.num_heads = shape[2] / head;
+  return inferred;
 }
 
 inline void check_cache_width(const std::vector<std::int64_t>& cache_shape, std::int64_t rotary_dim, const char* op) {
@@ -273,12 +295,14 @@ void rotary_embedding(const T* input, const std::vector<std::int64_t>& input_sha
                       const std::vector<std::int64_t>& position_ids_shape, const T* cos_cache, const T* sin_cache,
                       const std::vector<std::int64_t>& cache_shape, T* output, const RotaryEmbeddingAttrs& attrs) {
   const char* op = "onnx::contrib::rotary_embedding";
-  const detail::Geometry g = detail::geometry(input_shape, attrs, op);
-  detail::check_pointers(input, cos_cache, sin_cache, output, g.batch_stride * g.batch, op);
+  static_cast<void>(detail::elements(input_shape, "input"));
   static_cast<void>(detail::elements(cache_shape, "cos/sin cache"));
   if (cache_shape.size() != 2)
     throw error(detail::concat(op, ": cos/sin cache ", detail::shape_string(cache_shape),
                                " must be 2-D [max_sequence_length, rotary_dim / 2]"));
+  const detail::Geometry g =
+      detail::geometry(input_shape, detail::contrib_attrs(input_shape, cache_shape, attrs, op), op);
+  detail::check_pointers(input, cos_cache, sin_cache, output, g.batch_stride * g.batch, op);
   detail::check_cache_width(cache_shape, g.rotary_dim, op);
   if (position_ids == nullptr) throw error(detail::concat(op, ": null position_ids"));
   // ONNX Runtime's start form is a scalar or a one-element vector (IsScalarOr1ElementVector)
