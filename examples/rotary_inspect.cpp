@@ -2,6 +2,7 @@
 //
 //   rotary-inspect CONFIG.json [--positions P1,P2,...] [--seq-len N] [--layer-type NAME]
 //                              [--pairing interleaved|half_split]
+//   rotary-inspect CONFIG.json --layers [--seq-len N] [--pairing interleaved|half_split]
 //
 // Prints rope_type, head_dim, rotary_dim, pairing, inv_freq (theta_j, rotary_dim/2 values, "%.17g" so
 // they round trip), attention_factor, and for each requested position one row of cos and one of sin
@@ -11,6 +12,9 @@
 // layers, full_attention for most, chunked_attention for Llama 4). Also printed: mrope_section and
 // mrope_interleaved (M-RoPE models), softmax_scale_factor (DeepSeek's yarn mscale on the softmax
 // scale) and the warnings (misspelt or ignored keys, unknown families), which also go to stderr.
+// --layers prints instead what every layer gets (resolve_layers, rotary/hf_layers.hpp): a JSON array,
+// one object per layer (index, layer_type, kind "rope" / "nope" / "refused", and rope_type, rope_theta,
+// rotary_dim, attention_factor for RoPE layers, reason for the others).
 // Exit status: 0 on success, 1 for a bad file or config, 2 for bad arguments.
 //
 // The JSON -> rotary::HfConfig mapping is rotary/hf_json.hpp (optional, needs nlohmann-json).
@@ -31,6 +35,7 @@
 #include "rotary/cache.hpp"
 #include "rotary/hf_config.hpp"
 #include "rotary/hf_json.hpp"
+#include "rotary/hf_layers.hpp"
 
 namespace {
 
@@ -71,15 +76,17 @@ std::string fmt(const char* format, double v) {
 void print_usage(std::ostream& os) {
   os << "usage: rotary-inspect CONFIG.json [--positions P1,P2,...] [--seq-len N] [--layer-type NAME]\n"
         "                      [--pairing interleaved|half_split]\n"
+        "       rotary-inspect CONFIG.json --layers [--seq-len N] [--pairing interleaved|half_split]\n"
         "Prints the RoPE a Hugging Face config.json defines as one JSON object: rope_type, head_dim,\n"
         "rotary_dim, pairing, inv_freq, attention_factor and, per position, cos and sin (without the\n"
-        "attention factor).\n";
+        "attention factor). --layers: what every layer gets (RoPE, NoPE or a refusal), one object each.\n";
 }
 
 struct Args {
   std::string config_path;
   std::vector<std::int64_t> positions;
   rotary::ResolveOptions options;
+  bool layers = false;
 };
 
 Args parse_args(int argc, char** argv) {
@@ -101,7 +108,10 @@ Args parse_args(int argc, char** argv) {
       if (i + 1 >= argc) throw UsageError(arg + " needs a value");
       return argv[++i];
     };
-    if (arg == "--positions") {
+    if (arg == "--layers") {
+      if (inline_value) throw UsageError("--layers takes no value");
+      a.layers = true;
+    } else if (arg == "--positions") {
       a.positions = parse_positions(take());
     } else if (arg == "--seq-len") {
       a.options.seq_len = parse_int(take(), "--seq-len");
@@ -125,11 +135,39 @@ Args parse_args(int argc, char** argv) {
     }
   }
   if (!have_path) throw UsageError("no config file given");
+  if (a.layers && (!a.positions.empty() || !a.options.layer_type.empty()))
+    throw UsageError("--layers prints every layer: it takes no --positions or --layer-type");
   return a;
+}
+
+int run_layers(const rotary::HfConfig& config, const Args& args) {
+  for (const std::string& w : config.warnings) std::cerr << "rotary-inspect: warning: " << w << "\n";
+  std::ostringstream o;
+  o << "[";
+  bool first = true;
+  for (const rotary::LayerRope& l : rotary::resolve_layers(config, args.options)) {
+    o << (first ? "\n" : ",\n") << "  {\"index\": " << l.index << ", \"layer_type\": " << json(l.layer_type).dump()
+      << ", \"kind\": \"" << rotary::to_string(l.kind) << "\"";
+    if (l.rope) {
+      const rotary::ResolvedRope& r = *l.rope;
+      o << ", \"rope_type\": " << json(r.params.rope_type).dump() << ", \"rope_theta\": "
+        << fmt("%.17g", r.params.rope_theta) << ", \"rotary_dim\": " << r.spec.effective_rotary_dim()
+        << ", \"pairing\": \"" << rotary::to_string(r.spec.pairing) << "\", \"attention_factor\": "
+        << fmt("%.17g", r.freqs.attention_factor);
+    } else {
+      o << ", \"reason\": " << json(l.reason).dump();
+    }
+    o << "}";
+    first = false;
+  }
+  o << (first ? "]\n" : "\n]\n");
+  std::cout << o.str();
+  return std::cout.good() ? 0 : 1;
 }
 
 int run(const Args& args) {
   const rotary::HfConfig config = rotary::load_hf_config(args.config_path);
+  if (args.layers) return run_layers(config, args);
   const rotary::ResolvedRope r = rotary::resolve(config, args.options);
   for (const std::string& w : r.warnings) std::cerr << "rotary-inspect: warning: " << w << "\n";
 

@@ -120,6 +120,20 @@ struct HfConfig {
   std::map<std::string, RopeParameters> per_layer_type;
   std::vector<std::string> layer_types;  // the config's per-layer list, if any (names are checked)
 
+  // The layer stack, read by resolve_layers (hf_layers.hpp) only.
+  std::optional<std::int64_t> num_hidden_layers;  // n_layer (GPT-J, CodeGen) is its name there
+  // SmolLM3, Llama 4: one entry per layer, nonzero = the layer applies RoPE, 0 = NoPE (HF's
+  // attention reads use_rope = no_rope_layers[layer_idx]); empty: the class's default list, NoPE
+  // every no_rope_layer_interval-th layer (class default 4).
+  std::vector<std::int64_t> no_rope_layers;
+  std::optional<std::int64_t> no_rope_layer_interval;
+  // Without layer_types, the classes derive them: Gemma 3 and Command R7B from sliding_window_pattern
+  // (every pattern-th layer full attention; class defaults 6 and 4), Qwen3-Next and Qwen3.5 from
+  // full_attention_interval (class default 4), SmolLM3 from use_sliding_window and sliding_window.
+  std::optional<std::int64_t> sliding_window_pattern, full_attention_interval;
+  std::optional<bool> use_sliding_window;
+  bool has_sliding_window = false;  // "sliding_window" holds a value (not absent, not null)
+
   std::optional<bool> rope_interleave;  // DeepSeek-V3 in HF: true = interleaved pairs
   std::optional<bool> alibi;            // Falcon: true = ALiBi, no rotary embedding
 

@@ -156,7 +156,9 @@ inline constexpr const char* kHfTopKeys[] = {
     "model_type", "text_config", "head_dim", "qk_rope_head_dim", "hidden_size", "num_attention_heads", "n_embd",
     "n_embed", "n_head", "rotary_dim", "partial_rotary_factor", "rotary_pct", "rope_theta", "rotary_emb_base",
     "rope_local_base_freq", "max_position_embeddings", "n_positions", "original_max_position_embeddings",
-    "rope_interleave", "layer_types", "rope_scaling", "rope_parameters", "alibi", "global_head_dim"};
+    "rope_interleave", "layer_types", "rope_scaling", "rope_parameters", "alibi", "global_head_dim",
+    "num_hidden_layers", "no_rope_layers", "no_rope_layer_interval", "sliding_window_pattern",
+    "full_attention_interval", "use_sliding_window", "sliding_window"};
 // Real config keys within edit distance of those (DeepSeek's MLA dims, vision hidden_sizes,
 // MPT/OLMo-1's n_heads): not misspellings.
 inline constexpr const char* kHfTopNearMisses[] = {"qk_nope_head_dim", "v_head_dim",  "qk_head_dim",
@@ -341,15 +343,25 @@ inline void hf_read_scalars(const hf_json& c, const std::string& top, HfConfig& 
   cap("n_embd", h.n_embd, kHfMaxHiddenSize);
 }
 
-// hf_config_from_json, step 3: layer_types, an array of strings.
+// hf_config_from_json, step 3: the layer stack: layer_types (an array of strings), the layer count and
+// the keys the classes derive per-layer lists from (resolve_layers, hf_layers.hpp).
 inline void hf_read_layer_types(const hf_json& c, const std::string& top, HfConfig& h) {
-  const auto lt = c.find("layer_types");
-  if (lt == c.end() || lt->is_null()) return;
-  if (!lt->is_array()) hf_bad_type(top + "layer_types", *lt, "an array of strings");
-  for (std::size_t i = 0; i < lt->size(); ++i) {
-    if (!(*lt)[i].is_string()) hf_bad_type(top + "layer_types[" + std::to_string(i) + "]", (*lt)[i], "a string");
-    h.layer_types.push_back((*lt)[i].get<std::string>());
+  if (const auto lt = c.find("layer_types"); lt != c.end() && !lt->is_null()) {
+    if (!lt->is_array()) hf_bad_type(top + "layer_types", *lt, "an array of strings");
+    for (std::size_t i = 0; i < lt->size(); ++i) {
+      if (!(*lt)[i].is_string()) hf_bad_type(top + "layer_types[" + std::to_string(i) + "]", (*lt)[i], "a string");
+      h.layer_types.push_back((*lt)[i].get<std::string>());
+    }
   }
+  h.num_hidden_layers = hf_get_int(c, "num_hidden_layers", top);
+  if (!h.num_hidden_layers) h.num_hidden_layers = hf_get_int(c, "n_layer", top);
+  h.no_rope_layers = hf_get_ints(c, "no_rope_layers", top);
+  h.no_rope_layer_interval = hf_get_int(c, "no_rope_layer_interval", top);
+  h.sliding_window_pattern = hf_get_int(c, "sliding_window_pattern", top);
+  h.full_attention_interval = hf_get_int(c, "full_attention_interval", top);
+  h.use_sliding_window = hf_get_bool(c, "use_sliding_window", top);
+  const auto sw = c.find("sliding_window");
+  h.has_sliding_window = sw != c.end() && !sw->is_null();
 }
 
 // hf_config_from_json, step 4 for rope_parameters keyed by layer type: each entry, its rope_theta

@@ -20,6 +20,7 @@
 #include "reference.hpp"   // IWYU pragma: export
 #include "hf_families.hpp" // IWYU pragma: export
 #include "hf_config.hpp"   // IWYU pragma: export
+#include "hf_layers.hpp"   // IWYU pragma: export
 #include "scaling.hpp"     // IWYU pragma: export
 #include "rerotate.hpp"    // IWYU pragma: export
 #include "convert_weights.hpp" // IWYU pragma: export

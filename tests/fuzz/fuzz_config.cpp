@@ -5,13 +5,13 @@
 // examples/configs and tests/inspect/configs, and broken ones), so the fuzzer starts from real
 // structure and appends options itself.
 // Runs what the tool runs: rotary::parse_hf_config (rotary/hf_json.hpp) -> rotary::resolve -> a
-// cos/sin cache for the positions. Each step may reject the input, but only in the documented way:
-// rotary::error ("rotary: ..." naming the key or value: not JSON, a key of the wrong type, a bad
-// value) with a non-empty message. Anything else — another exception type (nlohmann type errors, bad_alloc,
-// length_error), a crash, a sanitizer report, a hang (-timeout) — is a finding. Accepted configs
-// must resolve to something usable: an even rotary_dim <= head_dim, rotary_dim/2 finite
-// frequencies, a positive finite attention factor, and cos/sin rows with |cos|, |sin| <= 1 and
-// cos^2 + sin^2 within 1e-6 of 1.
+// cos/sin cache for the positions, and rotary::resolve_layers (every layer). Each step may reject
+// the input, but only in the documented way: rotary::error ("rotary: ..." naming the key or value:
+// not JSON, a key of the wrong type, a bad value) with a non-empty message. Anything else — another
+// exception type (nlohmann type errors, bad_alloc, length_error), a crash, a sanitizer report, a
+// hang (-timeout) — is a finding. Accepted configs must resolve to something usable: an even
+// rotary_dim <= head_dim, rotary_dim/2 finite frequencies, a positive finite attention factor, and
+// cos/sin rows with |cos|, |sin| <= 1 and cos^2 + sin^2 within 1e-6 of 1.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -21,6 +21,7 @@
 
 #include "fuzz_support.hpp"
 #include "rotary/hf_json.hpp"
+#include "rotary/hf_layers.hpp"
 
 namespace {
 
@@ -89,17 +90,40 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::vector<std::int64_t> positions;
   const rotary::ResolveOptions options = draw_options(in, positions);
 
-  try {
-    const rotary::HfConfig config = rotary::parse_hf_config(text);
+  const auto refused_only_with_a_message = [](const auto& step) {
+    try {
+      step();
+    } catch (const rotary::error& e) {
+      if (std::string(e.what()).rfind("rotary: ", 0) != 0 || std::strlen(e.what()) <= 8)
+        fail("rotary::error without a message: \"%s\"", e.what());
+    } catch (const std::exception& e) {
+      fail("unexpected exception (%s): %s", typeid(e).name(), e.what());
+    }
+  };
+  rotary::HfConfig config;
+  bool parsed = false;
+  refused_only_with_a_message([&] {
+    config = rotary::parse_hf_config(text);
+    parsed = true;
+  });
+  if (!parsed) return 0;
+  refused_only_with_a_message([&] {
     const rotary::ResolvedRope r = rotary::resolve(config, options);
     check_resolved(r, positions);
     for (const std::string& w : r.warnings)
       if (w.empty()) fail("empty warning");
-  } catch (const rotary::error& e) {
-    if (std::string(e.what()).rfind("rotary: ", 0) != 0 || std::strlen(e.what()) <= 8)
-      fail("rotary::error without a message: \"%s\"", e.what());
-  } catch (const std::exception& e) {
-    fail("unexpected exception (%s): %s", typeid(e).name(), e.what());
-  }
+  });
+  // Every layer (rotary-inspect --layers): each RoPE layer usable, each other one with its reason.
+  refused_only_with_a_message([&] {
+    for (const rotary::LayerRope& l : rotary::resolve_layers(config, options)) {
+      if (l.kind == rotary::LayerRopeKind::rope) {
+        if (!l.rope) fail("layer %lld: a RoPE layer without its rotation", static_cast<long long>(l.index));
+        check_resolved(*l.rope, {});
+      } else if (l.reason.empty() || l.rope) {
+        fail("layer %lld (%s): no reason, or a rotation it does not apply", static_cast<long long>(l.index),
+             rotary::to_string(l.kind));
+      }
+    }
+  });
   return 0;
 }

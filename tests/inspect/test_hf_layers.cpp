@@ -1,0 +1,222 @@
+// rotary/hf_layers.hpp: every layer of a published model gets the RoPE transformers gives it, none
+// (NoPE), or a refusal naming why. The layer-type rules HF applies are each a test here: Gemma 3's
+// five local-RoPE sliding layers per global one (sliding_window_pattern, class default 6), Gemma 4's
+// layer_types with a rope_parameters entry per type, OLMo 3's scaling on full-attention layers only,
+// Llama 4's and SmolLM3's NoPE layers by index (no_rope_layers, else every 4th), Qwen3-Next's
+// linear-attention layers without RoPE. Expectations are written from the HF configuration classes'
+// derivations (index arithmetic here, not rotary's), and each RoPE layer's answer is compared with
+// resolve() for its layer type, which tests/inspect checks against the independent derivation.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <rotary/hf_json.hpp>
+#include <rotary/hf_layers.hpp>
+
+#include "support.hpp"
+
+namespace {
+
+using nlohmann::json;
+using rotary::HfConfig;
+using rotary::LayerRope;
+using rotary::LayerRopeKind;
+using rotary::resolve_layers;
+
+json published(const std::string& name) {
+  std::ifstream in(std::string(ROTARY_PUBLISHED_CONFIGS) + "/" + name + ".json");
+  EXPECT_TRUE(in.good()) << name;
+  std::stringstream s;
+  s << in.rdbuf();
+  return json::parse(s.str());
+}
+
+std::vector<LayerRope> layers_of(const json& j, const rotary::ResolveOptions& o = {}) {
+  return resolve_layers(rotary::hf_config_from_json(j), o);
+}
+
+// Layer i's answer equals resolve() for its layer type, bit for bit (theta, attention factor, spec).
+void expect_same_as_resolve(const json& j, const LayerRope& l) {
+  ASSERT_EQ(l.kind, LayerRopeKind::rope) << "layer " << l.index << ": " << l.reason;
+  ASSERT_TRUE(l.rope.has_value());
+  rotary::ResolveOptions o;
+  o.layer_type = l.layer_type;
+  const rotary::ResolvedRope r = rotary::resolve(rotary::hf_config_from_json(j), o);
+  EXPECT_EQ(l.rope->freqs.theta, r.freqs.theta) << "layer " << l.index;
+  EXPECT_EQ(l.rope->freqs.attention_factor, r.freqs.attention_factor);
+  EXPECT_EQ(l.rope->spec.effective_rotary_dim(), r.spec.effective_rotary_dim());
+  EXPECT_EQ(l.rope->spec.pairing, r.spec.pairing);
+  EXPECT_EQ(l.rope->params.rope_type, r.params.rope_type);
+}
+
+TEST(HfLayers, Gemma3SlidingPatternFromTheClassDefault) {
+  const json j = published("gemma-3-27b-it");  // 62 layers, no layer_types, no sliding_window_pattern
+  const auto layers = layers_of(j);
+  ASSERT_EQ(layers.size(), 62u);
+  for (const LayerRope& l : layers) {
+    const bool full = (l.index + 1) % 6 == 0;  // Gemma3TextConfig: sliding unless (i + 1) % 6 == 0
+    EXPECT_EQ(l.layer_type, full ? "full_attention" : "sliding_attention") << l.index;
+    expect_same_as_resolve(j, l);
+    EXPECT_EQ(l.rope->params.rope_type, full ? "linear" : "default") << l.index;  // x8 on global layers only
+    EXPECT_EQ(l.rope->params.rope_theta, full ? 1e6 : 1e4) << l.index;
+  }
+  json pattern = j;  // an explicit pattern wins over the class default
+  pattern["text_config"]["sliding_window_pattern"] = 4;
+  for (const LayerRope& l : layers_of(pattern))
+    EXPECT_EQ(l.layer_type, (l.index + 1) % 4 == 0 ? "full_attention" : "sliding_attention") << l.index;
+}
+
+TEST(HfLayers, Gemma4LayerTypesFromTheFile) {
+  const json j = published("gemma-4-31b-it");
+  const auto layers = layers_of(j);
+  const auto& types = j["text_config"]["layer_types"];
+  ASSERT_EQ(layers.size(), types.size());
+  int full = 0;
+  for (const LayerRope& l : layers) {
+    EXPECT_EQ(l.layer_type, types[static_cast<std::size_t>(l.index)].get<std::string>());
+    expect_same_as_resolve(j, l);
+    const bool is_full = l.layer_type == "full_attention";
+    full += is_full ? 1 : 0;
+    EXPECT_EQ(l.rope->params.rope_type, is_full ? "proportional" : "default") << l.index;
+  }
+  EXPECT_EQ(full, 10);  // 60 layers, every sixth global
+}
+
+TEST(HfLayers, Olmo3ScalesFullAttentionLayersOnly) {
+  const json j = published("olmo-3-7b");
+  for (const LayerRope& l : layers_of(j)) {
+    expect_same_as_resolve(j, l);
+    EXPECT_EQ(l.rope->params.rope_type, l.layer_type == "full_attention" ? "yarn" : "default") << l.index;
+  }
+}
+
+TEST(HfLayers, Llama4NoPEEveryFourthLayer) {
+  const json j = published("llama-4-scout-17b-16e-instruct");
+  const auto layers = layers_of(j);
+  ASSERT_EQ(layers.size(), 48u);
+  for (const LayerRope& l : layers) {
+    const bool nope = (l.index + 1) % 4 == 0;  // the file's no_rope_layers: 1, 1, 1, 0, ...
+    EXPECT_EQ(l.layer_type, nope ? "full_attention" : "chunked_attention") << l.index;
+    if (nope) {
+      EXPECT_EQ(l.kind, LayerRopeKind::nope) << l.index;
+      EXPECT_FALSE(l.rope.has_value());
+      EXPECT_NE(l.reason.find("no_rope_layers[" + std::to_string(l.index) + "] is 0"), std::string::npos) << l.reason;
+    } else {
+      expect_same_as_resolve(j, l);
+      EXPECT_EQ(l.rope->params.rope_type, "llama3");
+      EXPECT_EQ(l.rope->spec.pairing, rotary::Pairing::interleaved);
+    }
+  }
+  // Without the list: the class default (NoPE every no_rope_layer_interval-th layer, 4), then 3.
+  json derived = j;
+  derived["text_config"].erase("no_rope_layers");
+  for (const std::int64_t every : {4, 3}) {
+    if (every != 4) derived["text_config"]["no_rope_layer_interval"] = every;
+    for (const LayerRope& l : layers_of(derived))
+      EXPECT_EQ(l.kind == LayerRopeKind::nope, (l.index + 1) % every == 0) << "interval " << every << " layer " << l.index;
+  }
+}
+
+TEST(HfLayers, SmolLM3NoPEByIndex) {
+  const json j = published("smollm3-3b");
+  const auto layers = layers_of(j);
+  ASSERT_EQ(layers.size(), 36u);
+  for (const LayerRope& l : layers) {
+    EXPECT_EQ(l.layer_type, "full_attention");
+    if ((l.index + 1) % 4 == 0) {
+      EXPECT_EQ(l.kind, LayerRopeKind::nope) << l.index;
+    } else {
+      expect_same_as_resolve(j, l);
+      EXPECT_EQ(l.rope->params.rope_theta, 5e6);
+    }
+  }
+  json edited = j;  // a list from the file is read entry by entry, not as a pattern
+  edited["no_rope_layers"][0] = 0;
+  edited["no_rope_layers"][3] = 1;
+  const auto e = layers_of(edited);
+  EXPECT_EQ(e[0].kind, LayerRopeKind::nope);
+  EXPECT_EQ(e[3].kind, LayerRopeKind::rope);
+  // SmolLM3Config without layer_types: NoPE layers are sliding when use_sliding_window and sliding_window say so.
+  edited.erase("layer_types");
+  edited["use_sliding_window"] = true;
+  edited["sliding_window"] = 4096;
+  const auto s = layers_of(edited);
+  EXPECT_EQ(s[0].layer_type, "sliding_attention");
+  EXPECT_EQ(s[1].layer_type, "full_attention");
+}
+
+TEST(HfLayers, Qwen3NextLinearAttentionLayersHaveNoRoPE) {
+  const json j = published("qwen3-coder-next");
+  const auto layers = layers_of(j);
+  ASSERT_EQ(layers.size(), 48u);
+  for (const LayerRope& l : layers) {
+    if (l.layer_type == "linear_attention") {
+      EXPECT_EQ(l.kind, LayerRopeKind::nope) << l.index;
+      EXPECT_NE(l.reason.find("\"linear_attention\""), std::string::npos) << l.reason;
+    } else {
+      EXPECT_EQ((l.index + 1) % 4, 0) << l.index;  // full_attention_interval 4
+      expect_same_as_resolve(j, l);
+    }
+  }
+  json derived = j;  // without layer_types: Qwen3NextConfig's full_attention_interval
+  derived.erase("layer_types");
+  derived["full_attention_interval"] = 3;
+  for (const LayerRope& l : layers_of(derived))
+    EXPECT_EQ(l.layer_type, (l.index + 1) % 3 == 0 ? "full_attention" : "linear_attention") << l.index;
+}
+
+TEST(HfLayers, OneFamilyOneRotationOnEveryLayer) {
+  for (const char* name : {"llama-3.1-8b-instruct", "qwen3-8b", "deepseek-v3", "gpt-oss-20b"}) {
+    const json j = published(name);
+    const auto layers = layers_of(j);
+    const json& t = j.contains("text_config") ? j["text_config"] : j;
+    ASSERT_EQ(static_cast<std::int64_t>(layers.size()), t["num_hidden_layers"].get<std::int64_t>()) << name;
+    for (const LayerRope& l : layers) expect_same_as_resolve(j, l);
+  }
+}
+
+TEST(HfLayers, CountUnknownGivesOneRowPerLayerType) {
+  json j = published("qwen3-coder-next");
+  j.erase("num_hidden_layers");
+  j.erase("layer_types");
+  const auto rows = layers_of(j);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].index, -1);
+  EXPECT_EQ(rows[0].layer_type, "full_attention");
+  EXPECT_EQ(rows[0].kind, LayerRopeKind::rope);
+  EXPECT_EQ(rows[1].layer_type, "linear_attention");
+  EXPECT_EQ(rows[1].kind, LayerRopeKind::nope);
+}
+
+TEST(HfLayers, RefusalsNameTheirCause) {
+  using rotary_test::expect_error;
+  json j = published("olmo-3-7b");
+  j["layer_types"].erase(0);
+  expect_error([&] { layers_of(j); }, {"layer_types has 31 entries; num_hidden_layers is 32"});
+  json s = published("smollm3-3b");
+  s["no_rope_layers"].erase(0);
+  expect_error([&] { layers_of(s); }, {"no_rope_layers has 35 entries for 36 layers"});
+  s.erase("no_rope_layers");
+  s["no_rope_layer_interval"] = 0;
+  expect_error([&] { layers_of(s); }, {"no_rope_layer_interval (0) must be positive"});
+  json big = published("qwen3-8b");
+  big["num_hidden_layers"] = 1 << 20;
+  expect_error([&] { layers_of(big); }, {"num_hidden_layers (1048576) must be in [0, 16384]"});
+  // A family rotary has not checked: every layer refused, each with resolve()'s message.
+  json unknown = published("qwen3-8b");
+  unknown["model_type"] = "not_a_family";
+  for (const LayerRope& l : layers_of(unknown)) {
+    EXPECT_EQ(l.kind, LayerRopeKind::refused) << l.index;
+    EXPECT_NE(l.reason.find("does not say how its RoPE pairs"), std::string::npos) << l.reason;
+  }
+  rotary::ResolveOptions o;  // the caller's pairing resolves them
+  o.pairing = rotary::Pairing::half_split;
+  for (const LayerRope& l : layers_of(unknown, o)) EXPECT_EQ(l.kind, LayerRopeKind::rope) << l.index;
+}
+
+}  // namespace
