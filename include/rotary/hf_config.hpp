@@ -47,7 +47,8 @@
 //                 does; OLMo 3's "sliding_attention" layers take plain RoPE with its rope_theta (no
 //                 scaling); every other layer type uses rope_scaling. Layer types a family runs without
 //                 RoPE (Llama 4's full_attention layers, Command R7B's full_attention layers, Qwen3-Next's
-//                 linear_attention layers) throw. SmolLM3 picks its NoPE layers by index
+//                 linear_attention layers, LFM2's conv layers, hybrid EXAONE 4's full_attention layers:
+//                 nope_layer_type()) throw; rotary::resolve_layers (hf_layers.hpp) answers per layer. SmolLM3 picks its NoPE layers by index
 //                 (no_rope_layers), which resolve() does not read: its RoPE layers are full_attention.
 //   pairing       ResolveOptions::pairing, else rope_interleave (DeepSeek-V3 in HF), else the family's
 //                 (hf_families(); checked against each family's modeling code). An unknown or absent
@@ -131,8 +132,14 @@ struct HfConfig {
   // (every pattern-th layer full attention; class defaults 6 and 4), Qwen3-Next and Qwen3.5 from
   // full_attention_interval (class default 4), SmolLM3 from use_sliding_window and sliding_window.
   std::optional<std::int64_t> sliding_window_pattern, full_attention_interval;
+  // EXAONE 4's published form of the pattern: a string of 'L' (local, sliding) and 'G' (global)
+  // per layer, repeated ("LLLG"). transformers stores it without deriving from it (layer_types
+  // says); vLLM reads layer i as pattern[i % length].
+  std::string sliding_window_pattern_text;
   std::optional<bool> use_sliding_window;
-  bool has_sliding_window = false;  // "sliding_window" holds a value (not absent, not null)
+  bool has_sliding_window = false;   // "sliding_window" holds a value (not absent, not null)
+  bool sliding_window_null = false;  // "sliding_window": null (EXAONE 4: no hybrid attention, RoPE everywhere)
+  std::vector<std::int64_t> full_attn_idxs;  // LFM2: its attention layers (the others are convolutions)
 
   std::optional<bool> rope_interleave;  // DeepSeek-V3 in HF: true = interleaved pairs
   std::optional<bool> alibi;            // Falcon: true = ALiBi, no rotary embedding
@@ -166,10 +173,27 @@ struct ResolvedRope {
   std::vector<std::string> warnings;  // the config's, then resolve()'s
 };
 
+namespace detail {
+// EXAONE 4 with "sliding_window": null has no hybrid attention: RoPE on every (full_attention) layer,
+// where its class default (sliding_window 4096) applies RoPE on sliding_attention layers only.
+inline bool exaone4_not_hybrid(const HfConfig& config) {
+  return config.model_type.value_or("") == "exaone4" && config.sliding_window_null;
+}
+}  // namespace detail
+
 // The layer type resolve() uses when ResolveOptions::layer_type is empty: the family's RoPE layers.
 inline std::string default_layer_type(const HfConfig& config) {
+  if (detail::exaone4_not_hybrid(config)) return "full_attention";
   const HfFamily* f = find_hf_family(config.model_type.value_or(""));
   return std::string(f ? f->rope_layer_type : std::string_view("full_attention"));
+}
+
+// The layer type the config's family runs without RoPE ("" = none): hf_families()' entry, none for
+// EXAONE 4 without hybrid attention.
+inline std::string nope_layer_type(const HfConfig& config) {
+  if (detail::exaone4_not_hybrid(config)) return "";
+  const HfFamily* f = find_hf_family(config.model_type.value_or(""));
+  return std::string(f ? f->nope_layer_type : std::string_view());
 }
 
 namespace detail {
@@ -278,10 +302,11 @@ inline void hf_resolve_family(HfResolution& s) {
 // 1. The layer type: the caller's, else the family's RoPE layer type; a NoPE layer type is refused.
 inline void hf_resolve_layer_type(HfResolution& s) {
   s.layer_type = s.options.layer_type.empty() ? default_layer_type(s.config) : s.options.layer_type;
-  if (s.family && !s.family->nope_layer_type.empty() && s.layer_type == s.family->nope_layer_type)
+  const std::string nope = nope_layer_type(s.config);
+  if (!nope.empty() && s.layer_type == nope)
     throw error(concat("layer_type (\"", s.layer_type, "\"): ", s.model_type,
                        " applies no rotary embedding on these layers (NoPE); its RoPE layers are \"",
-                       s.family->rope_layer_type, "\""));
+                       default_layer_type(s.config), "\""));
 }
 
 // Its entry of the nested rope_parameters, complete as it stands.
@@ -296,7 +321,7 @@ inline void hf_layer_entry(HfResolution& s) {
   s.per_layer = true;
 }
 
-// rope_scaling, else the class's default rope_scaling (Gemma 4's full_attention layers, gpt-oss).
+// rope_scaling, else the class's default rope_scaling (Gemma 4's full_attention layers, Apertus, gpt-oss).
 inline void hf_shared_scaling(HfResolution& s) {
   RopeParameters& p = s.p;
   if (s.config.rope_scaling) {
@@ -304,6 +329,12 @@ inline void hf_shared_scaling(HfResolution& s) {
   } else if (s.model_type == "gemma4_text" && s.layer_type == "full_attention") {  // Gemma4TextConfig's default
     p.rope_type = "proportional";
     p.partial_rotary_factor = 0.25;
+  } else if (s.model_type == "apertus") {  // ApertusConfig's rope_parameters default
+    p.rope_type = "llama3";
+    p.factor = 8.0;
+    p.original_max_position_embeddings = 8192;
+    p.low_freq_factor = 1.0;
+    p.high_freq_factor = 4.0;
   } else if (s.model_type == "gpt_oss") {  // GptOssConfig's rope_scaling default
     p.rope_type = "yarn";
     p.factor = 32.0;

@@ -129,6 +129,15 @@ inline constexpr HfFamily kFamilies[] = {
     // HunYuan: Llama's rotate_half; its NTK-alpha rope_scaling is read as rope_type "ntk" (hf_json.hpp).
     {"hunyuan_v1_dense", H, 1e4,    2048,   4096,  32,  0,   0,  0,    0,   0,     0,    F, ""},
     {"hunyuan_v1_moe",   H, 1e4,    2048,   4096,  32,  0,   0,  0,    0,   0,     0,    F, ""},
+    // EXAONE 4: Llama's rotate_half; hybrid (sliding_window set, class default 4096) models apply RoPE
+    // on their sliding_attention layers only; "sliding_window": null, on every layer (nope_layer_type()).
+    {"exaone4",          H, 1e4,    2048,   4096,  32,  0,   0,  0,    0,   0,     0,    "sliding_attention", F},
+    // Apertus: LlamaAttention (rotate_half); the class default rope_parameters is llama3 (factor 8,
+    // low/high 1/4, L0 8192) at 1.2e7, see resolve().
+    {"apertus",          H, 1.2e7,  65536,  4096,  32,  0,   0,  0,    0,   0,     0,    F, ""},
+    // LFM2: Llama's apply_rotary_pos_emb (rotate_half) on its attention layers; its "conv" layers have
+    // no attention. The original key "theta" wins over rope_theta (hf_json.hpp).
+    {"lfm2",             H, 1e6,    128000, 2560,  32,  0,   0,  0,    0,   0,     0,    F, "conv"},
 };
 // clang-format on
 }  // namespace detail::hf_table

@@ -158,7 +158,7 @@ inline constexpr const char* kHfTopKeys[] = {
     "rope_local_base_freq", "max_position_embeddings", "n_positions", "original_max_position_embeddings",
     "rope_interleave", "layer_types", "rope_scaling", "rope_parameters", "alibi", "global_head_dim",
     "num_hidden_layers", "no_rope_layers", "no_rope_layer_interval", "sliding_window_pattern",
-    "full_attention_interval", "use_sliding_window", "sliding_window"};
+    "full_attention_interval", "use_sliding_window", "sliding_window", "full_attn_idxs", "theta"};
 // Real config keys within edit distance of those (DeepSeek's MLA dims, vision hidden_sizes,
 // MPT/OLMo-1's n_heads): not misspellings.
 inline constexpr const char* kHfTopNearMisses[] = {"qk_nope_head_dim", "v_head_dim",  "qk_head_dim",
@@ -323,6 +323,9 @@ inline void hf_read_scalars(const hf_json& c, const std::string& top, HfConfig& 
   h.partial_rotary_factor = hf_get_double(c, "partial_rotary_factor", top);
   h.rotary_pct = hf_get_double(c, "rotary_pct", top);
   h.rope_theta = hf_get_double(c, "rope_theta", top);
+  // LFM2's original key: Lfm2Config reads kwargs.get("theta", rope_theta), so it wins.
+  if (const auto theta = hf_get_double(c, "theta", top); theta && h.model_type.value_or("") == "lfm2")
+    h.rope_theta = theta;
   h.rotary_emb_base = hf_get_double(c, "rotary_emb_base", top);
   h.rope_local_base_freq = hf_get_double(c, "rope_local_base_freq", top);
   h.max_position_embeddings = hf_get_int(c, "max_position_embeddings", top);
@@ -357,11 +360,20 @@ inline void hf_read_layer_types(const hf_json& c, const std::string& top, HfConf
   if (!h.num_hidden_layers) h.num_hidden_layers = hf_get_int(c, "n_layer", top);
   h.no_rope_layers = hf_get_ints(c, "no_rope_layers", top);
   h.no_rope_layer_interval = hf_get_int(c, "no_rope_layer_interval", top);
-  h.sliding_window_pattern = hf_get_int(c, "sliding_window_pattern", top);
+  if (const auto swp = c.find("sliding_window_pattern"); swp != c.end() && swp->is_string()) {
+    h.sliding_window_pattern_text = swp->get<std::string>();  // EXAONE 4: "LLLG"
+    if (h.sliding_window_pattern_text.empty() ||
+        h.sliding_window_pattern_text.find_first_not_of("LG") != std::string::npos)
+      hf_bad_type(top + "sliding_window_pattern", *swp, "an integer or a string of L and G");
+  } else {
+    h.sliding_window_pattern = hf_get_int(c, "sliding_window_pattern", top);
+  }
   h.full_attention_interval = hf_get_int(c, "full_attention_interval", top);
   h.use_sliding_window = hf_get_bool(c, "use_sliding_window", top);
   const auto sw = c.find("sliding_window");
   h.has_sliding_window = sw != c.end() && !sw->is_null();
+  h.sliding_window_null = sw != c.end() && sw->is_null();
+  h.full_attn_idxs = hf_get_ints(c, "full_attn_idxs", top);
 }
 
 // hf_config_from_json, step 4 for rope_parameters keyed by layer type: each entry, its rope_theta

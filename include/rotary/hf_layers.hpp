@@ -15,13 +15,18 @@
 //                 on NoPE layers; Gemma 2 alternating sliding/full; Gemma 3 and Command R7B every
 //                 sliding_window_pattern-th layer (6, 4) "full_attention", the others
 //                 "sliding_attention"; Qwen3-Next and Qwen3.5 every full_attention_interval-th (4)
-//                 "full_attention", the others "linear_attention"; SmolLM3 "sliding_attention" on NoPE
+//                 "full_attention", the others "linear_attention"; EXAONE 4 every sliding_window_pattern-th
+//                 (4) "full_attention", the others "sliding_attention", or a pattern string ("LLLG") read
+//                 as vLLM does, layer i's letter pattern[i % length] (transformers derives nothing from
+//                 a string: such configs carry layer_types); LFM2 "full_attention" on
+//                 full_attn_idxs (default all), "conv" elsewhere; SmolLM3 "sliding_attention" on NoPE
 //                 layers when use_sliding_window and sliding_window are set; every other family the
 //                 layer type resolve() picks by default, on every layer.
 //   NoPE          SmolLM3 and Llama 4: no_rope_layers[i] == 0 (the list, else the class default:
 //                 NoPE every no_rope_layer_interval-th layer, 4); any family: a layer type it runs
-//                 without RoPE (hf_families(): Llama 4 full_attention, Command R7B full_attention,
-//                 Qwen3-Next / Qwen3.5 linear_attention).
+//                 without RoPE (nope_layer_type(): Llama 4 full_attention, Command R7B full_attention,
+//                 Qwen3-Next / Qwen3.5 linear_attention, LFM2 conv, EXAONE 4 full_attention unless
+//                 "sliding_window" is null).
 //   RoPE          resolve(config, options with that layer type), once per layer type; a layer type it
 //                 refuses is a refusal on each of its layers, with resolve()'s message as the reason.
 // Throws rotary::error only for a stack that cannot be read: a layer_types or no_rope_layers list of
@@ -39,7 +44,6 @@
 #include "config.hpp"
 #include "detail/format.hpp"
 #include "hf_config.hpp"
-#include "hf_families.hpp"
 #include "types.hpp"
 
 namespace rotary {
@@ -111,6 +115,9 @@ inline std::vector<std::string> hf_layer_types(const HfConfig& c, const std::str
                          " (transformers refuses the config)"));
     return c.layer_types;
   }
+  if (!c.sliding_window_pattern_text.empty() && model_type != "exaone4")
+    throw error(concat("sliding_window_pattern (\"", c.sliding_window_pattern_text, "\") is a string; ", model_type,
+                       " derives its layer types from an integer pattern (give layer_types)"));
   const std::string fallback = default_layer_type(c);
   const auto every = [&](const char* key, const std::optional<std::int64_t>& v, std::int64_t dflt,
                          const char* other) {
@@ -124,6 +131,26 @@ inline std::vector<std::string> hf_layer_types(const HfConfig& c, const std::str
   if (model_type == "cohere2") return every("sliding_window_pattern", c.sliding_window_pattern, 4, "sliding_attention");
   if (model_type == "qwen3_next" || model_type == "qwen3_5_text" || model_type == "qwen3_5_moe_text")
     return every("full_attention_interval", c.full_attention_interval, 4, "linear_attention");
+  if (model_type == "exaone4") {
+    if (c.sliding_window_null)  // Exaone4Config takes (i + 1) % 0: ZeroDivisionError
+      throw error("exaone4 without layer_types and with \"sliding_window\": null: transformers' Exaone4Config "
+                  "cannot derive the layer types (it divides by a pattern of 0); give layer_types");
+    if (!c.sliding_window_pattern_text.empty()) {  // "LLLG": vLLM's reading (transformers needs layer_types)
+      const std::string& pattern = c.sliding_window_pattern_text;
+      std::vector<std::string> t;
+      for (std::int64_t i = 0; i < n; ++i)
+        t.emplace_back(pattern[static_cast<std::size_t>(i) % pattern.size()] == 'L' ? "sliding_attention"
+                                                                                     : "full_attention");
+      return t;
+    }
+    return every("sliding_window_pattern", c.sliding_window_pattern, 4, "sliding_attention");
+  }
+  if (model_type == "lfm2") {  // Lfm2Config: full_attn_idxs (default: every layer) attend, the rest convolve
+    std::vector<std::string> t(static_cast<std::size_t>(n), c.full_attn_idxs.empty() ? "full_attention" : "conv");
+    for (const std::int64_t i : c.full_attn_idxs)
+      if (i >= 0 && i < n) t[static_cast<std::size_t>(i)] = "full_attention";
+    return t;
+  }
   std::vector<std::string> t(static_cast<std::size_t>(n), fallback);
   for (std::int64_t i = 0; i < n; ++i) {
     const bool r = rope[static_cast<std::size_t>(i)];
@@ -139,10 +166,10 @@ inline std::vector<std::string> hf_layer_types(const HfConfig& c, const std::str
 inline LayerRope hf_layer_answer(const HfConfig& c, const ResolveOptions& options, const std::string& layer_type) {
   LayerRope l;
   l.layer_type = layer_type;
-  const HfFamily* f = find_hf_family(c.model_type.value_or(""));
-  if (f && !f->nope_layer_type.empty() && layer_type == f->nope_layer_type) {
+  const std::string nope = nope_layer_type(c);
+  if (!nope.empty() && layer_type == nope) {
     l.kind = LayerRopeKind::nope;
-    l.reason = concat(f->model_type, " applies no rotary embedding on its \"", layer_type, "\" layers");
+    l.reason = concat(c.model_type.value_or(""), " applies no rotary embedding on its \"", layer_type, "\" layers");
     return l;
   }
   ResolveOptions o = options;
@@ -166,8 +193,7 @@ inline std::vector<LayerRope> resolve_layers(const HfConfig& config, const Resol
   if (!count) {  // one row per layer type the config or the family names
     std::vector<std::string> types{default_layer_type(config)};
     for (const auto& kv : config.per_layer_type) types.push_back(kv.first);
-    if (const HfFamily* f = find_hf_family(model_type); f && !f->nope_layer_type.empty())
-      types.emplace_back(f->nope_layer_type);
+    if (const std::string nope = nope_layer_type(config); !nope.empty()) types.push_back(nope);
     for (const std::string& t : types) {
       bool seen = false;
       for (const LayerRope& l : out) seen = seen || l.layer_type == t;

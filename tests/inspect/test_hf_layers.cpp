@@ -8,6 +8,7 @@
 // resolve() for its layer type, which tests/inspect checks against the independent derivation.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <fstream>
 #include <sstream>
@@ -217,6 +218,107 @@ TEST(HfLayers, RefusalsNameTheirCause) {
   rotary::ResolveOptions o;  // the caller's pairing resolves them
   o.pairing = rotary::Pairing::half_split;
   for (const LayerRope& l : layers_of(unknown, o)) EXPECT_EQ(l.kind, LayerRopeKind::rope) << l.index;
+}
+
+}  // namespace
+
+namespace {
+
+// Families read from their modeling code (no verbatim published config here: these configs are written
+// from the keys their published files use, each named in the test).
+
+// EXAONE 4 (Exaone4Attention: "We use global NoPE for hybrid attention model"): RoPE on a layer iff
+// sliding_window is None or the layer is sliding. The class default sliding_window is 4096.
+TEST(HfLayers, Exaone4GlobalNoPEWhenHybrid) {
+  json j = json::parse(R"({"model_type": "exaone4", "hidden_size": 5120, "num_attention_heads": 40,
+      "head_dim": 128, "num_hidden_layers": 8, "max_position_embeddings": 131072, "rope_theta": 1000000,
+      "sliding_window": 4096, "sliding_window_pattern": "LLLG",
+      "rope_scaling": {"factor": 16.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                       "original_max_position_embeddings": 8192, "rope_type": "llama3"}})");
+  for (const bool with_types : {false, true}) {
+    if (with_types) {  // the published form: layer_types spelled out; "LLLG" read as vLLM does without them
+      j["layer_types"] = json::array();
+      for (int i = 0; i < 8; ++i) j["layer_types"].push_back((i + 1) % 4 == 0 ? "full_attention" : "sliding_attention");
+    }
+    for (const LayerRope& l : layers_of(j)) {
+      const bool global = (l.index + 1) % 4 == 0;
+      EXPECT_EQ(l.layer_type, global ? "full_attention" : "sliding_attention") << l.index;
+      EXPECT_EQ(l.kind, global ? LayerRopeKind::nope : LayerRopeKind::rope) << l.index;
+      if (!global) {
+        expect_same_as_resolve(j, l);
+        EXPECT_EQ(l.rope->params.rope_type, "llama3");
+        EXPECT_EQ(l.rope->spec.pairing, rotary::Pairing::half_split);
+      }
+    }
+  }
+  // resolve() alone: the RoPE layers by default, the global ones refused as NoPE.
+  const HfConfig c = rotary::hf_config_from_json(j);
+  EXPECT_EQ(rotary::resolve(c).layer_type, "sliding_attention");
+  rotary::ResolveOptions full;
+  full.layer_type = "full_attention";
+  rotary_test::expect_error([&] { rotary::resolve(c, full); }, {"exaone4 applies no rotary embedding"});
+  // The class default sliding_window (4096) is hybrid too: an absent key is not null.
+  json absent = j;
+  absent.erase("sliding_window");
+  EXPECT_EQ(layers_of(absent)[3].kind, LayerRopeKind::nope);
+  // "sliding_window": null (EXAONE 4.0 1.2B): no hybrid attention, RoPE on every layer.
+  json global = j;
+  global["sliding_window"] = nullptr;
+  for (const LayerRope& l : layers_of(global)) EXPECT_EQ(l.kind, LayerRopeKind::rope) << l.index;
+  global.erase("layer_types");  // and no pattern to derive them from: transformers divides by 0
+  rotary_test::expect_error([&] { layers_of(global); }, {"give layer_types"});
+  json bad = j;
+  bad["sliding_window_pattern"] = "LLXG";
+  rotary_test::expect_error([&] { layers_of(bad); }, {"sliding_window_pattern", "a string of L and G"});
+}
+
+// Apertus: ApertusConfig's default rope_parameters is llama3 (factor 8, low 1, high 4, L0 8192) at 1.2e7.
+TEST(HfLayers, ApertusClassDefaultLlama3) {
+  const json j = json::parse(R"({"model_type": "apertus", "hidden_size": 4096, "num_attention_heads": 32,
+      "num_hidden_layers": 32, "max_position_embeddings": 65536})");
+  const rotary::ResolvedRope r = rotary::resolve(rotary::hf_config_from_json(j));
+  EXPECT_EQ(r.params.rope_type, "llama3");
+  EXPECT_EQ(r.params.rope_theta, 1.2e7);
+  EXPECT_EQ(*r.params.factor, 8.0);
+  EXPECT_EQ(*r.params.original_max_position_embeddings, 8192);
+  EXPECT_EQ(r.spec.pairing, rotary::Pairing::half_split);
+  // The llama3 rule over head_dim 128 at 1.2e7, written out: pair 0 (wavelength 2*pi < 8192/4) kept,
+  // pair 63 (wavelength far above 8192) divided by 8.
+  EXPECT_EQ(r.freqs.theta[0], 1.0);
+  const double inv63 = 1.0 / std::pow(1.2e7, 126.0 / 128.0);
+  EXPECT_NEAR(r.freqs.theta[63], inv63 / 8.0, 1e-15 * inv63);
+  json null_scaling = j;  // an explicit null is default RoPE, whatever the class default
+  null_scaling["rope_scaling"] = nullptr;
+  EXPECT_EQ(rotary::resolve(rotary::hf_config_from_json(null_scaling)).params.rope_type, "default");
+}
+
+// LFM2: convolution layers (not in full_attn_idxs) have no attention; the original key "theta" wins.
+TEST(HfLayers, Lfm2ConvLayersAndTheta) {
+  const json j = json::parse(R"({"model_type": "lfm2", "hidden_size": 1024, "num_attention_heads": 16,
+      "num_hidden_layers": 16, "max_position_embeddings": 128000, "rope_theta": 1000000.0,
+      "full_attn_idxs": [2, 5, 8, 10, 12, 14]})");
+  int attention = 0;
+  for (const LayerRope& l : layers_of(j)) {
+    const bool attends = l.index == 2 || l.index == 5 || l.index == 8 || l.index == 10 || l.index == 12 || l.index == 14;
+    EXPECT_EQ(l.layer_type, attends ? "full_attention" : "conv") << l.index;
+    EXPECT_EQ(l.kind, attends ? LayerRopeKind::rope : LayerRopeKind::nope) << l.index;
+    if (attends) {
+      ++attention;
+      EXPECT_EQ(l.rope->params.rope_theta, 1e6);
+      EXPECT_EQ(l.rope->spec.head_dim, 64);
+    }
+  }
+  EXPECT_EQ(attention, 6);
+  json theta = j;  // Lfm2Config: rope_theta = kwargs.get("theta", rope_theta)
+  theta["theta"] = 5e5;
+  EXPECT_EQ(rotary::resolve(rotary::hf_config_from_json(theta)).params.rope_theta, 5e5);
+  json types = j;  // LFM2.5's form: layer_types
+  types.erase("full_attn_idxs");
+  types["layer_types"] = json::array();
+  for (int i = 0; i < 16; ++i) types["layer_types"].push_back(i == 2 ? "full_attention" : "conv");
+  const auto t = layers_of(types);
+  EXPECT_EQ(t[2].kind, LayerRopeKind::rope);
+  EXPECT_EQ(t[3].kind, LayerRopeKind::nope);
 }
 
 }  // namespace
