@@ -141,6 +141,13 @@ struct HfConfig {
   bool sliding_window_null = false;  // "sliding_window": null (EXAONE 4: no hybrid attention, RoPE everywhere)
   std::vector<std::int64_t> full_attn_idxs;  // LFM2: its attention layers (the others are convolutions)
 
+  // Granite 4.0-H (granitemoehybrid): "rope" builds a rotary embedding; anything else (its published
+  // configs say "nope"; the class default is None) leaves every layer without one.
+  std::optional<std::string> position_embedding_type;
+  // Kimi-Linear (kimi_linear, Moonshot's modeling_kimi.py): mla_use_nope true = its MLA layers rotate
+  // nothing; linear_attn_config.kda_layers lists its KDA (linear attention) layers, 1-based.
+  std::optional<bool> mla_use_nope;
+  std::vector<std::int64_t> kda_layers;
   std::optional<bool> rope_interleave;  // DeepSeek-V3 in HF: true = interleaved pairs
   std::optional<bool> alibi;            // Falcon: true = ALiBi, no rotary embedding
 
@@ -186,6 +193,21 @@ inline std::string default_layer_type(const HfConfig& config) {
   if (detail::exaone4_not_hybrid(config)) return "full_attention";
   const HfFamily* f = find_hf_family(config.model_type.value_or(""));
   return std::string(f ? f->rope_layer_type : std::string_view("full_attention"));
+}
+
+// Why no layer of the model applies RoPE, or "" when some do: Granite 4.0-H builds its rotary
+// embedding only for position_embedding_type "rope" (GraniteMoeHybridModel); Kimi-Linear with
+// mla_use_nope true rotates nothing (without it, it is a family rotary has not checked).
+inline std::string model_nope_reason(const HfConfig& config) {
+  const std::string model_type = config.model_type.value_or("");
+  if (model_type == "kimi_linear" && config.mla_use_nope.value_or(false))
+    return "kimi_linear with mla_use_nope true: its MLA layers rotate nothing and its KDA layers have no "
+           "positional encoding (NoPE on every layer)";
+  if (model_type != "granitemoehybrid" || config.position_embedding_type.value_or("") == "rope") return "";
+  return detail::concat("granitemoehybrid with position_embedding_type ",
+                        config.position_embedding_type ? "\"" + *config.position_embedding_type + "\""
+                                                       : std::string("absent (None)"),
+                        " builds no rotary embedding (NoPE on every layer; \"rope\" would build one)");
 }
 
 // The layer type the config's family runs without RoPE ("" = none): hf_families()' entry, none for
@@ -302,6 +324,7 @@ inline void hf_resolve_family(HfResolution& s) {
 // 1. The layer type: the caller's, else the family's RoPE layer type; a NoPE layer type is refused.
 inline void hf_resolve_layer_type(HfResolution& s) {
   s.layer_type = s.options.layer_type.empty() ? default_layer_type(s.config) : s.options.layer_type;
+  if (const std::string why = model_nope_reason(s.config); !why.empty()) throw error(why);
   const std::string nope = nope_layer_type(s.config);
   if (!nope.empty() && s.layer_type == nope)
     throw error(concat("layer_type (\"", s.layer_type, "\"): ", s.model_type,

@@ -158,7 +158,8 @@ inline constexpr const char* kHfTopKeys[] = {
     "rope_local_base_freq", "max_position_embeddings", "n_positions", "original_max_position_embeddings",
     "rope_interleave", "layer_types", "rope_scaling", "rope_parameters", "alibi", "global_head_dim",
     "num_hidden_layers", "no_rope_layers", "no_rope_layer_interval", "sliding_window_pattern",
-    "full_attention_interval", "use_sliding_window", "sliding_window", "full_attn_idxs", "theta"};
+    "full_attention_interval", "use_sliding_window", "sliding_window", "full_attn_idxs", "theta",
+    "position_embedding_type", "mla_use_nope", "linear_attn_config"};
 // Real config keys within edit distance of those (DeepSeek's MLA dims, vision hidden_sizes,
 // MPT/OLMo-1's n_heads): not misspellings.
 inline constexpr const char* kHfTopNearMisses[] = {"qk_nope_head_dim", "v_head_dim",  "qk_head_dim",
@@ -333,6 +334,12 @@ inline void hf_read_scalars(const hf_json& c, const std::string& top, HfConfig& 
   h.original_max_position_embeddings = hf_get_int(c, "original_max_position_embeddings", top);
   h.rope_interleave = hf_get_bool(c, "rope_interleave", top);
   h.alibi = hf_get_bool(c, "alibi", top);
+  h.position_embedding_type = hf_get_string(c, "position_embedding_type", top);
+  h.mla_use_nope = hf_get_bool(c, "mla_use_nope", top);
+  if (const auto la = c.find("linear_attn_config"); la != c.end() && !la->is_null()) {
+    if (!la->is_object()) hf_bad_type(top + "linear_attn_config", *la, "an object");
+    h.kda_layers = hf_get_ints(*la, "kda_layers", top + "linear_attn_config.");
+  }
   const auto cap = [&top](const char* key, const std::optional<std::int64_t>& v, std::int64_t max) {
     if (v && *v > max)
       throw error("\"" + top + key + "\" (" + std::to_string(*v) + ") is larger than any model's (at most " +

@@ -19,14 +19,18 @@
 //                 (4) "full_attention", the others "sliding_attention", or a pattern string ("LLLG") read
 //                 as vLLM does, layer i's letter pattern[i % length] (transformers derives nothing from
 //                 a string: such configs carry layer_types); LFM2 "full_attention" on
-//                 full_attn_idxs (default all), "conv" elsewhere; SmolLM3 "sliding_attention" on NoPE
+//                 full_attn_idxs (default all), "conv" elsewhere; Granite 4.0-H "mamba" (its
+//                 layers_block_type without layer_types); Kimi-Linear "linear_attention" on its
+//                 linear_attn_config.kda_layers (1-based), "full_attention" (MLA) elsewhere; SmolLM3 "sliding_attention" on NoPE
 //                 layers when use_sliding_window and sliding_window are set; every other family the
 //                 layer type resolve() picks by default, on every layer.
 //   NoPE          SmolLM3 and Llama 4: no_rope_layers[i] == 0 (the list, else the class default:
 //                 NoPE every no_rope_layer_interval-th layer, 4); any family: a layer type it runs
 //                 without RoPE (nope_layer_type(): Llama 4 full_attention, Command R7B full_attention,
 //                 Qwen3-Next / Qwen3.5 linear_attention, LFM2 conv, EXAONE 4 full_attention unless
-//                 "sliding_window" is null).
+//                 "sliding_window" is null, Granite 4.0-H mamba); every layer of a Granite 4.0-H
+//                 whose position_embedding_type is not "rope", and of a Kimi-Linear with mla_use_nope
+//                 (model_nope_reason()).
 //   RoPE          resolve(config, options with that layer type), once per layer type; a layer type it
 //                 refuses is a refusal on each of its layers, with resolve()'s message as the reason.
 // Throws rotary::error only for a stack that cannot be read: a layer_types or no_rope_layers list of
@@ -145,6 +149,13 @@ inline std::vector<std::string> hf_layer_types(const HfConfig& c, const std::str
     }
     return every("sliding_window_pattern", c.sliding_window_pattern, 4, "sliding_attention");
   }
+  if (model_type == "granitemoehybrid") return std::vector<std::string>(static_cast<std::size_t>(n), "mamba");
+  if (model_type == "kimi_linear" && !c.kda_layers.empty()) {  // kda_layers are 1-based
+    std::vector<std::string> t(static_cast<std::size_t>(n), "full_attention");
+    for (const std::int64_t k : c.kda_layers)
+      if (k >= 1 && k <= n) t[static_cast<std::size_t>(k - 1)] = "linear_attention";
+    return t;
+  }
   if (model_type == "lfm2") {  // Lfm2Config: full_attn_idxs (default: every layer) attend, the rest convolve
     std::vector<std::string> t(static_cast<std::size_t>(n), c.full_attn_idxs.empty() ? "full_attention" : "conv");
     for (const std::int64_t i : c.full_attn_idxs)
@@ -170,6 +181,11 @@ inline LayerRope hf_layer_answer(const HfConfig& c, const ResolveOptions& option
   if (!nope.empty() && layer_type == nope) {
     l.kind = LayerRopeKind::nope;
     l.reason = concat(c.model_type.value_or(""), " applies no rotary embedding on its \"", layer_type, "\" layers");
+    return l;
+  }
+  if (std::string why = model_nope_reason(c); !why.empty()) {
+    l.kind = LayerRopeKind::nope;
+    l.reason = std::move(why);
     return l;
   }
   ResolveOptions o = options;

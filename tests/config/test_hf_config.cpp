@@ -725,6 +725,11 @@ TEST(HfConfig, FamilyTableIsConsistent) {
       expect_error([&] { resolve(c); }, {"rotary_dim (21 = int(head_dim 42"});
       c.head_dim = 128;
     }
+    if (f.model_type == "granitemoehybrid") {
+      // GraniteMoeHybridConfig's position_embedding_type defaults to None: no rotary embedding at all
+      expect_error([&] { resolve(c); }, {"position_embedding_type absent (None) builds no rotary embedding"});
+      c.position_embedding_type = "rope";
+    }
     const auto r = resolve(c);  // every other family resolves from its class defaults alone
     EXPECT_EQ(r.spec.pairing, f.pairing) << f.model_type;
     EXPECT_EQ(r.layer_type, f.rope_layer_type) << f.model_type;

@@ -321,4 +321,47 @@ TEST(HfLayers, Lfm2ConvLayersAndTheta) {
   EXPECT_EQ(t[3].kind, LayerRopeKind::nope);
 }
 
+// Granite 4.0-H (GraniteMoeHybridModel): a rotary embedding only for position_embedding_type "rope"
+// (its published configs say "nope"); "mamba" layers have no attention at all.
+TEST(HfLayers, Granite4HybridNoPE) {
+  json j = json::parse(R"({"model_type": "granitemoehybrid", "hidden_size": 1536, "num_attention_heads": 12,
+      "num_hidden_layers": 4, "max_position_embeddings": 131072, "position_embedding_type": "nope",
+      "rope_theta": 10000, "layer_types": ["mamba", "attention", "mamba", "mamba"]})");
+  for (const LayerRope& l : layers_of(j)) {
+    EXPECT_EQ(l.kind, LayerRopeKind::nope) << l.index;
+    EXPECT_NE(l.reason.find(l.index == 1 ? "position_embedding_type \"nope\"" : "\"mamba\" layers"),
+              std::string::npos) << l.reason;
+  }
+  rotary_test::expect_error([&] { rotary::resolve(rotary::hf_config_from_json(j)); },
+                            {"granitemoehybrid with position_embedding_type \"nope\" builds no rotary embedding"});
+  j["position_embedding_type"] = "rope";
+  const auto rope = layers_of(j);
+  EXPECT_EQ(rope[1].kind, LayerRopeKind::rope);
+  expect_same_as_resolve(j, rope[1]);
+  EXPECT_EQ(rope[1].rope->spec.pairing, rotary::Pairing::half_split);
+  EXPECT_EQ(rope[1].rope->spec.head_dim, 128);
+  EXPECT_EQ(rope[0].kind, LayerRopeKind::nope);
+}
+
+// Kimi-Linear (model_type kimi_linear, Moonshot's remote code): mla_use_nope true, as its published
+// config sets, rotates nothing on any layer; without it the family is one rotary has not checked.
+TEST(HfLayers, KimiLinearNoPE) {
+  json j = json::parse(R"({"model_type": "kimi_linear", "hidden_size": 2304, "num_attention_heads": 32,
+      "num_hidden_layers": 8, "mla_use_nope": true, "qk_rope_head_dim": 64, "kv_lora_rank": 512,
+      "linear_attn_config": {"kda_layers": [1, 2, 3, 5, 6, 7], "full_attn_layers": [4, 8]}})");
+  for (const LayerRope& l : layers_of(j)) {
+    EXPECT_EQ(l.layer_type, (l.index + 1) % 4 == 0 ? "full_attention" : "linear_attention") << l.index;
+    EXPECT_EQ(l.kind, LayerRopeKind::nope) << l.index;
+    EXPECT_NE(l.reason.find("mla_use_nope true"), std::string::npos) << l.reason;
+  }
+  rotary_test::expect_error([&] { rotary::resolve(rotary::hf_config_from_json(j)); }, {"kimi_linear", "NoPE"});
+  j["mla_use_nope"] = false;
+  for (const LayerRope& l : layers_of(j)) {
+    EXPECT_EQ(l.kind, LayerRopeKind::refused) << l.index;
+    if (l.layer_type == "full_attention") {  // its MLA layers: a pairing nobody checked
+      EXPECT_NE(l.reason.find("not a family rotary has checked"), std::string::npos) << l.reason;
+    }
+  }
+}
+
 }  // namespace
