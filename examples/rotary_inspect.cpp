@@ -11,7 +11,8 @@
 // short/long switching); --layer-type picks per-layer-type parameters (default: the model's RoPE
 // layers, full_attention for most, chunked_attention for Llama 4). Also printed: mrope_section and
 // mrope_interleaved (M-RoPE models), softmax_scale_factor (DeepSeek's yarn mscale on the softmax
-// scale) and the warnings (misspelt or ignored keys, unknown families), which also go to stderr.
+// scale), query_scale (Ministral 3's scaling of queries by position, null for others) and the
+// warnings (misspelt or ignored keys, unknown families), which also go to stderr.
 // --layers prints instead what every layer gets (resolve_layers, rotary/hf_layers.hpp): a JSON array,
 // one object per layer (index, layer_type, kind "rope" / "nope" / "refused", and rope_type, rope_theta,
 // rotary_dim, attention_factor for RoPE layers, reason for the others).
@@ -140,6 +141,13 @@ Args parse_args(int argc, char** argv) {
   return a;
 }
 
+// QueryScale (rotary/hf_keys.hpp) as {"beta", "period", "offset"}, or null when inactive.
+std::string query_scale_json(const rotary::QueryScale& q) {
+  if (!q.active()) return "null";
+  return "{\"beta\": " + fmt("%.17g", q.beta) + ", \"period\": " + std::to_string(q.period) +
+         ", \"offset\": " + std::to_string(q.offset) + "}";
+}
+
 int run_layers(const rotary::HfConfig& config, const Args& args) {
   for (const std::string& w : config.warnings) std::cerr << "rotary-inspect: warning: " << w << "\n";
   std::ostringstream o;
@@ -157,6 +165,7 @@ int run_layers(const rotary::HfConfig& config, const Args& args) {
     } else {
       o << ", \"reason\": " << json(l.reason).dump();
     }
+    if (l.query_scale.active()) o << ", \"query_scale\": " << query_scale_json(l.query_scale);
     o << "}";
     first = false;
   }
@@ -188,6 +197,7 @@ int run(const Args& args) {
   o << "  \"seq_len\": " << (r.input.seq_len ? std::to_string(*r.input.seq_len) : "null") << ",\n";
   o << "  \"attention_factor\": " << fmt("%.17g", r.freqs.attention_factor) << ",\n";
   o << "  \"softmax_scale_factor\": " << fmt("%.17g", r.softmax_scale_factor) << ",\n";
+  o << "  \"query_scale\": " << query_scale_json(r.query_scale) << ",\n";
   o << "  \"mrope_section\": " << json(r.mrope_section).dump() << ",\n";
   o << "  \"mrope_interleaved\": " << (r.mrope_interleaved ? "true" : "false") << ",\n";
   o << "  \"warnings\": " << json(r.warnings).dump() << ",\n";

@@ -72,87 +72,11 @@
 #include "detail/format.hpp"
 #include "frequencies.hpp"
 #include "hf_families.hpp"  // IWYU pragma: export
+#include "hf_keys.hpp"      // IWYU pragma: export
 #include "scaling.hpp"
 #include "types.hpp"
 
 namespace rotary {
-
-// The largest head and hidden sizes accepted: no model comes close (the largest heads are 256 wide,
-// hidden sizes ~2^15); beyond them resolve() would allocate tables of that size. resolve() caps
-// head_dim however it is obtained; the JSON reader (hf_json.hpp) also caps the keys as it reads them.
-inline constexpr std::int64_t kHfMaxHeadDim = 1 << 16;
-inline constexpr std::int64_t kHfMaxHiddenSize = 1 << 20;
-
-// The rope-relevant keys of a Hugging Face config.json (for multimodal configs: of text_config).
-struct HfConfig {
-  std::optional<std::string> model_type;  // of the language model (text_config's, for composite configs)
-
-  // Head geometry.
-  std::optional<std::int64_t> head_dim;
-  // "head_dim": null in the file (set by hf_json.hpp): the class gets None, not its default, and reads
-  // hidden_size / num_attention_heads (ERNIE 4.5, Llama, ...; published ERNIE-4.5 MoE configs say null)
-  bool head_dim_null = false;
-  // Gemma 4: the head_dim of its full_attention layers (512 against head_dim 256 on its sliding ones);
-  // HF's proportional RoPE of those layers spans it (head_dim_key="global_head_dim")
-  std::optional<std::int64_t> global_head_dim;
-  std::optional<std::int64_t> qk_rope_head_dim;  // DeepSeek-V2/V3, Kimi-K2: rope part of q/k heads
-  std::optional<std::int64_t> hidden_size, num_attention_heads;
-  std::optional<std::int64_t> n_embd, n_head;  // GPT-J, CodeGen, GPT-2 style names (Falcon's n_embed: n_embd)
-
-  // Which part of the head rotates.
-  std::optional<std::int64_t> rotary_dim;          // GPT-J, CodeGen: an explicit count
-  std::optional<double> partial_rotary_factor;     // Phi, StableLM, GLM, ...
-  std::optional<double> rotary_pct;                // GPT-NeoX, Pythia
-
-  // Frequencies.
-  std::optional<double> rope_theta;
-  std::optional<double> rotary_emb_base;       // GPT-NeoX, Pythia name of rope_theta
-  std::optional<double> rope_local_base_freq;  // Gemma-3: theta of the sliding-window layers
-  std::optional<std::int64_t> max_position_embeddings;
-  std::optional<std::int64_t> n_positions;     // GPT-J, CodeGen name of max_position_embeddings
-  std::optional<std::int64_t> original_max_position_embeddings;  // Phi-3 keeps it at the top level
-
-  // rope_scaling (or a flat rope_parameters): one set of parameters for every layer. Map HF's legacy
-  // `type` key to rope_type. An explicit JSON null is RopeParameters{} (default RoPE: it overrides a
-  // class default such as gpt-oss's yarn), an absent key is nullopt.
-  std::optional<RopeParameters> rope_scaling;
-  // rope_parameters keyed by layer type (transformers 5: {"full_attention": {...},
-  // "sliding_attention": {...}}); each entry is complete, rope_theta included.
-  std::map<std::string, RopeParameters> per_layer_type;
-  std::vector<std::string> layer_types;  // the config's per-layer list, if any (names are checked)
-
-  // The layer stack, read by resolve_layers (hf_layers.hpp) only.
-  std::optional<std::int64_t> num_hidden_layers;  // n_layer (GPT-J, CodeGen) is its name there
-  // SmolLM3, Llama 4: one entry per layer, nonzero = the layer applies RoPE, 0 = NoPE (HF's
-  // attention reads use_rope = no_rope_layers[layer_idx]); empty: the class's default list, NoPE
-  // every no_rope_layer_interval-th layer (class default 4).
-  std::vector<std::int64_t> no_rope_layers;
-  std::optional<std::int64_t> no_rope_layer_interval;
-  // Without layer_types, the classes derive them: Gemma 3 and Command R7B from sliding_window_pattern
-  // (every pattern-th layer full attention; class defaults 6 and 4), Qwen3-Next and Qwen3.5 from
-  // full_attention_interval (class default 4), SmolLM3 from use_sliding_window and sliding_window.
-  std::optional<std::int64_t> sliding_window_pattern, full_attention_interval;
-  // EXAONE 4's published form of the pattern: a string of 'L' (local, sliding) and 'G' (global)
-  // per layer, repeated ("LLLG"). transformers stores it without deriving from it (layer_types
-  // says); vLLM reads layer i as pattern[i % length].
-  std::string sliding_window_pattern_text;
-  std::optional<bool> use_sliding_window;
-  bool has_sliding_window = false;   // "sliding_window" holds a value (not absent, not null)
-  bool sliding_window_null = false;  // "sliding_window": null (EXAONE 4: no hybrid attention, RoPE everywhere)
-  std::vector<std::int64_t> full_attn_idxs;  // LFM2: its attention layers (the others are convolutions)
-
-  // Granite 4.0-H (granitemoehybrid): "rope" builds a rotary embedding; anything else (its published
-  // configs say "nope"; the class default is None) leaves every layer without one.
-  std::optional<std::string> position_embedding_type;
-  // Kimi-Linear (kimi_linear, Moonshot's modeling_kimi.py): mla_use_nope true = its MLA layers rotate
-  // nothing; linear_attn_config.kda_layers lists its KDA (linear attention) layers, 1-based.
-  std::optional<bool> mla_use_nope;
-  std::vector<std::int64_t> kda_layers;
-  std::optional<bool> rope_interleave;  // DeepSeek-V3 in HF: true = interleaved pairs
-  std::optional<bool> alibi;            // Falcon: true = ALiBi, no rotary embedding
-
-  std::vector<std::string> warnings;  // from the parser (misspelt or ignored keys); resolve() passes them on
-};
 
 struct ResolveOptions {
   std::string layer_type;               // empty: the family's RoPE layer type (default_layer_type)
@@ -177,46 +101,11 @@ struct ResolvedRope {
   // DeepseekV3Attention and DeepSeek's own code). 1 for every other family. An engine that takes
   // attention_factor from here and the softmax scale from head_dim alone misses this factor.
   double softmax_scale_factor = 1.0;
+  // Also beside the rotation: Ministral 3 scales its queries by position (llama_4_scaling_beta,
+  // QueryScale in hf_keys.hpp); inactive (beta 0) for every other family.
+  QueryScale query_scale;
   std::vector<std::string> warnings;  // the config's, then resolve()'s
 };
-
-namespace detail {
-// EXAONE 4 with "sliding_window": null has no hybrid attention: RoPE on every (full_attention) layer,
-// where its class default (sliding_window 4096) applies RoPE on sliding_attention layers only.
-inline bool exaone4_not_hybrid(const HfConfig& config) {
-  return config.model_type.value_or("") == "exaone4" && config.sliding_window_null;
-}
-}  // namespace detail
-
-// The layer type resolve() uses when ResolveOptions::layer_type is empty: the family's RoPE layers.
-inline std::string default_layer_type(const HfConfig& config) {
-  if (detail::exaone4_not_hybrid(config)) return "full_attention";
-  const HfFamily* f = find_hf_family(config.model_type.value_or(""));
-  return std::string(f ? f->rope_layer_type : std::string_view("full_attention"));
-}
-
-// Why no layer of the model applies RoPE, or "" when some do: Granite 4.0-H builds its rotary
-// embedding only for position_embedding_type "rope" (GraniteMoeHybridModel); Kimi-Linear with
-// mla_use_nope true rotates nothing (without it, it is a family rotary has not checked).
-inline std::string model_nope_reason(const HfConfig& config) {
-  const std::string model_type = config.model_type.value_or("");
-  if (model_type == "kimi_linear" && config.mla_use_nope.value_or(false))
-    return "kimi_linear with mla_use_nope true: its MLA layers rotate nothing and its KDA layers have no "
-           "positional encoding (NoPE on every layer)";
-  if (model_type != "granitemoehybrid" || config.position_embedding_type.value_or("") == "rope") return "";
-  return detail::concat("granitemoehybrid with position_embedding_type ",
-                        config.position_embedding_type ? "\"" + *config.position_embedding_type + "\""
-                                                       : std::string("absent (None)"),
-                        " builds no rotary embedding (NoPE on every layer; \"rope\" would build one)");
-}
-
-// The layer type the config's family runs without RoPE ("" = none): hf_families()' entry, none for
-// EXAONE 4 without hybrid attention.
-inline std::string nope_layer_type(const HfConfig& config) {
-  if (detail::exaone4_not_hybrid(config)) return "";
-  const HfFamily* f = find_hf_family(config.model_type.value_or(""));
-  return std::string(f ? f->nope_layer_type : std::string_view());
-}
 
 namespace detail {
 
@@ -344,7 +233,8 @@ inline void hf_layer_entry(HfResolution& s) {
   s.per_layer = true;
 }
 
-// rope_scaling, else the class's default rope_scaling (Gemma 4's full_attention layers, Apertus, gpt-oss).
+// rope_scaling, else the class's default rope_scaling (Gemma 4's full_attention layers, Apertus,
+// Ministral 3, gpt-oss).
 inline void hf_shared_scaling(HfResolution& s) {
   RopeParameters& p = s.p;
   if (s.config.rope_scaling) {
@@ -358,6 +248,15 @@ inline void hf_shared_scaling(HfResolution& s) {
     p.original_max_position_embeddings = 8192;
     p.low_freq_factor = 1.0;
     p.high_freq_factor = 4.0;
+  } else if (s.model_type == "ministral3") {  // Ministral3Config's rope_parameters default
+    p.rope_type = "yarn";
+    p.factor = 16.0;
+    p.original_max_position_embeddings = 16384;
+    p.beta_fast = 32.0;
+    p.beta_slow = 1.0;
+    p.mscale = 1.0;
+    p.mscale_all_dim = 1.0;
+    p.llama_4_scaling_beta = 0.1;
   } else if (s.model_type == "gpt_oss") {  // GptOssConfig's rope_scaling default
     p.rope_type = "yarn";
     p.factor = 32.0;
@@ -559,6 +458,18 @@ inline void hf_resolve_mrope_sections(HfResolution& s) {
 }
 
 // 6. Frequencies: the spec, validate() and scaled_frequencies(), and DeepSeek's softmax factor.
+// Ministral 3's query scaling: llama_4_scaling_beta over the dict's original_max_position_embeddings.
+inline void hf_resolve_query_scale(HfResolution& s) {
+  const RopeParameters& p = s.p;
+  if (!p.llama_4_scaling_beta || *p.llama_4_scaling_beta == 0.0) return;
+  if (!finite(*p.llama_4_scaling_beta))
+    throw error(concat("llama_4_scaling_beta (", *p.llama_4_scaling_beta, ") must be finite"));
+  if (!p.original_max_position_embeddings)
+    throw error(concat("llama_4_scaling_beta (", *p.llama_4_scaling_beta, ") scales queries by position over "
+                       "original_max_position_embeddings, which the rope parameters do not give"));
+  s.r.query_scale = QueryScale{*p.llama_4_scaling_beta, *p.original_max_position_embeddings, 0};
+}
+
 inline void hf_resolve_frequencies(HfResolution& s) {
   const ResolveOptions& options = s.options;
   RopeParameters& p = s.p;
@@ -582,6 +493,7 @@ inline void hf_resolve_frequencies(HfResolution& s) {
     const double m = yarn_mscale(*p.factor, *p.mscale_all_dim);
     r.softmax_scale_factor = m * m;
   }
+  hf_resolve_query_scale(s);
   r.params = std::move(p);
 }
 

@@ -138,6 +138,9 @@ inline constexpr HfFamily kFamilies[] = {
     // LFM2: Llama's apply_rotary_pos_emb (rotate_half) on its attention layers; its "conv" layers have
     // no attention. The original key "theta" wins over rope_theta (hf_json.hpp).
     {"lfm2",             H, 1e6,    128000, 2560,  32,  0,   0,  0,    0,   0,     0,    F, "conv"},
+    // Ministral 3 (Mistral 3's text_config): MistralAttention's rotate_half; the class default
+    // rope_parameters is yarn (factor 16, L0 16384) at 1e6 with llama_4_scaling_beta 0.1, see resolve().
+    {"ministral3",       H, 1e6,    262144, 4096,  32,  128, 0,  0,    0,   0,     0,    F, ""},
     // Granite 4.0-H: GraniteMoeShared's rotate_half on its "attention" layers, and only with
     // position_embedding_type "rope" (model_nope_reason()); "mamba" layers have no attention.
     {"granitemoehybrid", H, 1e4,    2048,   4096,  32,  0,   0,  0,    0,   0,     0,    "attention", "mamba"},

@@ -159,7 +159,8 @@ inline constexpr const char* kHfTopKeys[] = {
     "rope_interleave", "layer_types", "rope_scaling", "rope_parameters", "alibi", "global_head_dim",
     "num_hidden_layers", "no_rope_layers", "no_rope_layer_interval", "sliding_window_pattern",
     "full_attention_interval", "use_sliding_window", "sliding_window", "full_attn_idxs", "theta",
-    "position_embedding_type", "mla_use_nope", "linear_attn_config"};
+    "position_embedding_type", "mla_use_nope", "linear_attn_config", "attn_temperature_tuning", "attn_scale",
+    "floor_scale"};
 // Real config keys within edit distance of those (DeepSeek's MLA dims, vision hidden_sizes,
 // MPT/OLMo-1's n_heads): not misspellings.
 inline constexpr const char* kHfTopNearMisses[] = {"qk_nope_head_dim", "v_head_dim",  "qk_head_dim",
@@ -174,7 +175,8 @@ inline constexpr const char* kHfRopeKeys[] = {
     "rope_type",  "type",           "rope_theta",      "factor",          "original_max_position_embeddings",
     "attention_factor", "beta_fast", "beta_slow",     "mscale",          "mscale_all_dim",
     "truncate",   "short_factor",   "long_factor",     "low_freq_factor", "high_freq_factor",
-    "partial_rotary_factor", "mrope_section", "mrope_interleaved", "alpha"};
+    "partial_rotary_factor", "mrope_section", "mrope_interleaved", "alpha", "llama_4_scaling_beta",
+    "max_position_embeddings"};
 
 // The text model type of a composite config whose text_config names none.
 inline std::string hf_text_model_type(const std::string& composite) {
@@ -249,6 +251,7 @@ inline RopeParameters hf_rope_parameters(const hf_json& obj, const std::string& 
   p.partial_rotary_factor = hf_get_double(obj, "partial_rotary_factor", where);
   p.mrope_section = hf_get_ints(obj, "mrope_section", where);
   p.mrope_interleaved = hf_get_bool(obj, "mrope_interleaved", where);
+  p.llama_4_scaling_beta = hf_get_double(obj, "llama_4_scaling_beta", where);
   // HunYuan's NTK-alpha (hunyuan_v1_dense / hunyuan_v1_moe: {"type": "dynamic", "alpha": 1000, "factor": 1}):
   // its rotary embedding, like vLLM's get_rope, takes a dynamic dict with a nonzero alpha as the fixed
   // base rope_theta * alpha^(d / (d - 2)), whatever the factor: rotary's "ntk" rule with factor alpha.
@@ -336,6 +339,11 @@ inline void hf_read_scalars(const hf_json& c, const std::string& top, HfConfig& 
   h.alibi = hf_get_bool(c, "alibi", top);
   h.position_embedding_type = hf_get_string(c, "position_embedding_type", top);
   h.mla_use_nope = hf_get_bool(c, "mla_use_nope", top);
+  if (const auto t = c.find("attn_temperature_tuning"); t != c.end() && !t->is_null())  // true, or 4 (on)
+    h.attn_temperature_tuning = t->is_number() ? hf_as_int(*t, top + "attn_temperature_tuning") != 0
+                                               : *hf_get_bool(c, "attn_temperature_tuning", top);
+  h.attn_scale = hf_get_double(c, "attn_scale", top);
+  h.floor_scale = hf_get_int(c, "floor_scale", top);
   if (const auto la = c.find("linear_attn_config"); la != c.end() && !la->is_null()) {
     if (!la->is_object()) hf_bad_type(top + "linear_attn_config", *la, "an object");
     h.kda_layers = hf_get_ints(*la, "kda_layers", top + "linear_attn_config.");

@@ -68,6 +68,9 @@ struct LayerRope {
   LayerRopeKind kind = LayerRopeKind::rope;
   std::optional<ResolvedRope> rope;  // kind == rope: resolve() for this layer type
   std::string reason;                // nope: the rule that says so; refused: resolve()'s message
+  // The query scaling this layer applies beside RoPE (hf_keys.hpp): a RoPE layer's is
+  // rope->query_scale (Ministral 3); Llama 4's NoPE layers have their temperature tuning.
+  QueryScale query_scale;
 };
 
 namespace detail {
@@ -173,6 +176,16 @@ inline std::vector<std::string> hf_layer_types(const HfConfig& c, const std::str
   return t;
 }
 
+// Llama 4's temperature tuning of its NoPE layers (Llama4TextAttention), if on; else none.
+inline QueryScale hf_nope_query_scale(const HfConfig& c, const std::string& model_type) {
+  if (model_type != "llama4_text" || !c.attn_temperature_tuning.value_or(true)) return {};
+  const double beta = c.attn_scale.value_or(0.1);
+  const std::int64_t period = c.floor_scale.value_or(8192);
+  if (!finite(beta) || period < 2)
+    throw error(concat("attn_scale (", beta, ") must be finite and floor_scale (", period, ") at least 2"));
+  return QueryScale{beta, period, 1};
+}
+
 // The answer for one layer type, with the layer's own NoPE rule already applied.
 inline LayerRope hf_layer_answer(const HfConfig& c, const ResolveOptions& options, const std::string& layer_type) {
   LayerRope l;
@@ -181,6 +194,7 @@ inline LayerRope hf_layer_answer(const HfConfig& c, const ResolveOptions& option
   if (!nope.empty() && layer_type == nope) {
     l.kind = LayerRopeKind::nope;
     l.reason = concat(c.model_type.value_or(""), " applies no rotary embedding on its \"", layer_type, "\" layers");
+    l.query_scale = hf_nope_query_scale(c, c.model_type.value_or(""));
     return l;
   }
   if (std::string why = model_nope_reason(c); !why.empty()) {
@@ -192,6 +206,7 @@ inline LayerRope hf_layer_answer(const HfConfig& c, const ResolveOptions& option
   o.layer_type = layer_type;
   try {
     l.rope = resolve(c, o);
+    l.query_scale = l.rope->query_scale;
   } catch (const error& e) {
     l.kind = LayerRopeKind::refused;
     l.reason = e.what();
@@ -227,6 +242,7 @@ inline std::vector<LayerRope> resolve_layers(const HfConfig& config, const Resol
       l.layer_type = t;
       l.kind = LayerRopeKind::nope;
       l.reason = detail::concat("no_rope_layers[", i, "] is 0: ", model_type, " applies no rotary embedding here");
+      l.query_scale = detail::hf_nope_query_scale(config, model_type);
     } else {
       auto it = by_type.find(t);
       if (it == by_type.end()) it = by_type.emplace(t, detail::hf_layer_answer(config, options, t)).first;

@@ -98,6 +98,8 @@ struct RopeParameters {
   // treats {"type": "mrope"} as default RoPE), resolve() reports them. Ignored by scaled_frequencies.
   std::vector<std::int64_t> mrope_section;
   std::optional<bool> mrope_interleaved;  // Qwen3-VL: sections interleave pair by pair
+  // Ministral 3: the query scaling after RoPE (QueryScale, hf_keys.hpp); not a frequency rule, ignored here.
+  std::optional<double> llama_4_scaling_beta;
 };
 
 struct ScalingInput {

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <climits>
 #include <cstdint>
 #include <fstream>
 #include <sstream>
@@ -362,6 +363,50 @@ TEST(HfLayers, KimiLinearNoPE) {
       EXPECT_NE(l.reason.find("not a family rotary has checked"), std::string::npos) << l.reason;
     }
   }
+}
+
+// Ministral 3 (Ministral3Attention): q *= 1 + beta * ln(1 + floor(position / L0)) after RoPE, with
+// beta = rope_parameters.llama_4_scaling_beta and L0 its original_max_position_embeddings. Llama 4's
+// NoPE layers: q *= 1 + attn_scale * ln(1 + floor((position + 1) / floor_scale)) (temperature tuning).
+TEST(HfLayers, QueryScales) {
+  const json ministral = json::parse(R"({"model_type": "mistral3", "text_config": {"model_type": "ministral3",
+      "hidden_size": 4096, "num_attention_heads": 32, "head_dim": 128, "num_hidden_layers": 2,
+      "max_position_embeddings": 262144, "rope_parameters": {"rope_type": "yarn", "rope_theta": 1000000.0,
+      "factor": 16.0, "original_max_position_embeddings": 16384, "beta_fast": 32.0, "beta_slow": 1.0,
+      "mscale": 1.0, "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.1, "max_position_embeddings": 262144}}})");
+  const HfConfig mc = rotary::hf_config_from_json(ministral);
+  EXPECT_TRUE(mc.warnings.empty()) << ::testing::PrintToString(mc.warnings);
+  const rotary::ResolvedRope r = rotary::resolve(mc);
+  EXPECT_EQ(r.params.rope_type, "yarn");
+  EXPECT_EQ(r.spec.pairing, rotary::Pairing::half_split);
+  ASSERT_TRUE(r.query_scale.active());
+  EXPECT_EQ(r.query_scale.at(0), 1.0);
+  EXPECT_EQ(r.query_scale.at(16383), 1.0);
+  EXPECT_DOUBLE_EQ(r.query_scale.at(16384), 1.0 + 0.1 * std::log(2.0));
+  EXPECT_DOUBLE_EQ(r.query_scale.at(3 * 16384 + 5), 1.0 + 0.1 * std::log(4.0));
+  EXPECT_DOUBLE_EQ(r.query_scale.at(INT64_MAX), 1.0 + 0.1 * std::log(1.0 + static_cast<double>(INT64_MAX / 16384)));
+  for (const LayerRope& l : layers_of(ministral)) EXPECT_EQ(l.query_scale.at(16384), r.query_scale.at(16384));
+  json defaults = json::parse(R"({"model_type": "ministral3"})");  // the class default rope_parameters
+  const rotary::ResolvedRope d = rotary::resolve(rotary::hf_config_from_json(defaults));
+  EXPECT_EQ(d.freqs.theta, r.freqs.theta);
+  EXPECT_EQ(d.query_scale.beta, 0.1);
+  EXPECT_EQ(d.query_scale.period, 16384);
+  json missing = json::parse(R"({"model_type": "llama", "rope_scaling": {"rope_type": "default",
+      "llama_4_scaling_beta": 0.1}})");
+  rotary_test::expect_error([&] { rotary::resolve(rotary::hf_config_from_json(missing)); },
+                            {"llama_4_scaling_beta (0.1", "original_max_position_embeddings"});
+
+  json llama4 = published("llama-4-scout-17b-16e-instruct");
+  const auto layers = layers_of(llama4);
+  EXPECT_FALSE(layers[0].query_scale.active());  // RoPE layers: none
+  ASSERT_TRUE(layers[3].query_scale.active());   // NoPE layers: the class default tuning
+  EXPECT_EQ(layers[3].query_scale.at(8190), 1.0);
+  EXPECT_DOUBLE_EQ(layers[3].query_scale.at(8191), 1.0 + 0.1 * std::log(2.0));
+  llama4["text_config"]["attn_temperature_tuning"] = 4;  // a published form: any nonzero number is on
+  llama4["text_config"]["floor_scale"] = 4096;
+  EXPECT_DOUBLE_EQ(layers_of(llama4)[3].query_scale.at(4095), 1.0 + 0.1 * std::log(2.0));
+  llama4["text_config"]["attn_temperature_tuning"] = false;
+  EXPECT_FALSE(layers_of(llama4)[3].query_scale.active());
 }
 
 }  // namespace

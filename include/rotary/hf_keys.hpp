@@ -1,0 +1,168 @@
+// rotary — the rope-relevant keys of a Hugging Face config.json (HfConfig), and what they say about
+// which layers rotate: default_layer_type, nope_layer_type, model_nope_reason; and QueryScale, the
+// position-dependent query scaling some families apply beside RoPE. Filled by rotary/hf_json.hpp (or
+// by hand); resolved by hf_config.hpp (one layer type) and hf_layers.hpp (every layer).
+#ifndef ROTARY_HF_KEYS_HPP
+#define ROTARY_HF_KEYS_HPP
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "config.hpp"
+#include "detail/format.hpp"
+#include "detail/fp.hpp"
+#include "hf_families.hpp"
+#include "scaling.hpp"
+#include "types.hpp"
+
+namespace rotary {
+
+// The largest head and hidden sizes accepted: no model comes close (the largest heads are 256 wide,
+// hidden sizes ~2^15); beyond them resolve() would allocate tables of that size. resolve() caps
+// head_dim however it is obtained; the JSON reader (hf_json.hpp) also caps the keys as it reads them.
+inline constexpr std::int64_t kHfMaxHeadDim = 1 << 16;
+inline constexpr std::int64_t kHfMaxHiddenSize = 1 << 20;
+
+// The rope-relevant keys of a Hugging Face config.json (for multimodal configs: of text_config).
+struct HfConfig {
+  std::optional<std::string> model_type;  // of the language model (text_config's, for composite configs)
+
+  // Head geometry.
+  std::optional<std::int64_t> head_dim;
+  // "head_dim": null in the file (set by hf_json.hpp): the class gets None, not its default, and reads
+  // hidden_size / num_attention_heads (ERNIE 4.5, Llama, ...; published ERNIE-4.5 MoE configs say null)
+  bool head_dim_null = false;
+  // Gemma 4: the head_dim of its full_attention layers (512 against head_dim 256 on its sliding ones);
+  // HF's proportional RoPE of those layers spans it (head_dim_key="global_head_dim")
+  std::optional<std::int64_t> global_head_dim;
+  std::optional<std::int64_t> qk_rope_head_dim;  // DeepSeek-V2/V3, Kimi-K2: rope part of q/k heads
+  std::optional<std::int64_t> hidden_size, num_attention_heads;
+  std::optional<std::int64_t> n_embd, n_head;  // GPT-J, CodeGen, GPT-2 style names (Falcon's n_embed: n_embd)
+
+  // Which part of the head rotates.
+  std::optional<std::int64_t> rotary_dim;          // GPT-J, CodeGen: an explicit count
+  std::optional<double> partial_rotary_factor;     // Phi, StableLM, GLM, ...
+  std::optional<double> rotary_pct;                // GPT-NeoX, Pythia
+
+  // Frequencies.
+  std::optional<double> rope_theta;
+  std::optional<double> rotary_emb_base;       // GPT-NeoX, Pythia name of rope_theta
+  std::optional<double> rope_local_base_freq;  // Gemma-3: theta of the sliding-window layers
+  std::optional<std::int64_t> max_position_embeddings;
+  std::optional<std::int64_t> n_positions;     // GPT-J, CodeGen name of max_position_embeddings
+  std::optional<std::int64_t> original_max_position_embeddings;  // Phi-3 keeps it at the top level
+
+  // rope_scaling (or a flat rope_parameters): one set of parameters for every layer. Map HF's legacy
+  // `type` key to rope_type. An explicit JSON null is RopeParameters{} (default RoPE: it overrides a
+  // class default such as gpt-oss's yarn), an absent key is nullopt.
+  std::optional<RopeParameters> rope_scaling;
+  // rope_parameters keyed by layer type (transformers 5: {"full_attention": {...},
+  // "sliding_attention": {...}}); each entry is complete, rope_theta included.
+  std::map<std::string, RopeParameters> per_layer_type;
+  std::vector<std::string> layer_types;  // the config's per-layer list, if any (names are checked)
+
+  // The layer stack, read by resolve_layers (hf_layers.hpp) only.
+  std::optional<std::int64_t> num_hidden_layers;  // n_layer (GPT-J, CodeGen) is its name there
+  // SmolLM3, Llama 4: one entry per layer, nonzero = the layer applies RoPE, 0 = NoPE (HF's
+  // attention reads use_rope = no_rope_layers[layer_idx]); empty: the class's default list, NoPE
+  // every no_rope_layer_interval-th layer (class default 4).
+  std::vector<std::int64_t> no_rope_layers;
+  std::optional<std::int64_t> no_rope_layer_interval;
+  // Without layer_types, the classes derive them: Gemma 3 and Command R7B from sliding_window_pattern
+  // (every pattern-th layer full attention; class defaults 6 and 4), Qwen3-Next and Qwen3.5 from
+  // full_attention_interval (class default 4), SmolLM3 from use_sliding_window and sliding_window.
+  std::optional<std::int64_t> sliding_window_pattern, full_attention_interval;
+  // EXAONE 4's published form of the pattern: a string of 'L' (local, sliding) and 'G' (global)
+  // per layer, repeated ("LLLG"). transformers stores it without deriving from it (layer_types
+  // says); vLLM reads layer i as pattern[i % length].
+  std::string sliding_window_pattern_text;
+  std::optional<bool> use_sliding_window;
+  bool has_sliding_window = false;   // "sliding_window" holds a value (not absent, not null)
+  bool sliding_window_null = false;  // "sliding_window": null (EXAONE 4: no hybrid attention, RoPE everywhere)
+  std::vector<std::int64_t> full_attn_idxs;  // LFM2: its attention layers (the others are convolutions)
+
+  // Granite 4.0-H (granitemoehybrid): "rope" builds a rotary embedding; anything else (its published
+  // configs say "nope"; the class default is None) leaves every layer without one.
+  std::optional<std::string> position_embedding_type;
+  // Kimi-Linear (kimi_linear, Moonshot's modeling_kimi.py): mla_use_nope true = its MLA layers rotate
+  // nothing; linear_attn_config.kda_layers lists its KDA (linear attention) layers, 1-based.
+  std::optional<bool> mla_use_nope;
+  std::vector<std::int64_t> kda_layers;
+  // Llama 4's temperature tuning of its NoPE layers (QueryScale): on unless false (published configs
+  // may say 4: any nonzero number is on); attn_scale (class default 0.1), floor_scale (8192).
+  std::optional<bool> attn_temperature_tuning;
+  std::optional<double> attn_scale;
+  std::optional<std::int64_t> floor_scale;
+  std::optional<bool> rope_interleave;  // DeepSeek-V3 in HF: true = interleaved pairs
+  std::optional<bool> alibi;            // Falcon: true = ALiBi, no rotary embedding
+
+  std::vector<std::string> warnings;  // from the parser (misspelt or ignored keys); resolve() passes them on
+};
+
+// A query scaling by position that a family applies beside RoPE (q is multiplied after the rotation,
+// k is not): 1 + beta * ln(1 + floor((position + offset) / period)) for position >= 0; beta 0 = none.
+//   Ministral 3 (rope_parameters.llama_4_scaling_beta): beta, period original_max_position_embeddings,
+//     offset 0, on its RoPE layers (Ministral3Attention's _get_llama_4_attn_scale).
+//   Llama 4 temperature tuning (attn_temperature_tuning, class default on): beta attn_scale (0.1),
+//     period floor_scale (8192), offset 1, on its NoPE layers only (Llama4TextAttention).
+// rotary does not apply it (it is not a rotation): at() gives the factor, in double where the
+// models compute in float32.
+struct QueryScale {
+  double beta = 0.0;
+  std::int64_t period = 1;
+  std::int64_t offset = 0;
+
+  bool active() const noexcept { return beta != 0.0; }
+  double at(std::int64_t position) const noexcept {
+    ROTARY_ASSERT(position >= 0 && period >= 1 && offset >= 0 && offset < period);
+    // floor((position + offset) / period) without forming position + offset (no overflow)
+    const std::int64_t k = position / period + (position % period + offset) / period;
+    return detail::strict_add(1.0, detail::strict_mul(beta, detail::libm_log(1.0 + static_cast<double>(k))));
+  }
+};
+
+namespace detail {
+// EXAONE 4 with "sliding_window": null has no hybrid attention: RoPE on every (full_attention) layer,
+// where its class default (sliding_window 4096) applies RoPE on sliding_attention layers only.
+inline bool exaone4_not_hybrid(const HfConfig& config) {
+  return config.model_type.value_or("") == "exaone4" && config.sliding_window_null;
+}
+}  // namespace detail
+
+// The layer type resolve() uses when ResolveOptions::layer_type is empty: the family's RoPE layers.
+inline std::string default_layer_type(const HfConfig& config) {
+  if (detail::exaone4_not_hybrid(config)) return "full_attention";
+  const HfFamily* f = find_hf_family(config.model_type.value_or(""));
+  return std::string(f ? f->rope_layer_type : std::string_view("full_attention"));
+}
+
+// Why no layer of the model applies RoPE, or "" when some do: Granite 4.0-H builds its rotary
+// embedding only for position_embedding_type "rope" (GraniteMoeHybridModel); Kimi-Linear with
+// mla_use_nope true rotates nothing (without it, it is a family rotary has not checked).
+inline std::string model_nope_reason(const HfConfig& config) {
+  const std::string model_type = config.model_type.value_or("");
+  if (model_type == "kimi_linear" && config.mla_use_nope.value_or(false))
+    return "kimi_linear with mla_use_nope true: its MLA layers rotate nothing and its KDA layers have no "
+           "positional encoding (NoPE on every layer)";
+  if (model_type != "granitemoehybrid" || config.position_embedding_type.value_or("") == "rope") return "";
+  return detail::concat("granitemoehybrid with position_embedding_type ",
+                        config.position_embedding_type ? "\"" + *config.position_embedding_type + "\""
+                                                       : std::string("absent (None)"),
+                        " builds no rotary embedding (NoPE on every layer; \"rope\" would build one)");
+}
+
+// The layer type the config's family runs without RoPE ("" = none): hf_families()' entry, none for
+// EXAONE 4 without hybrid attention.
+inline std::string nope_layer_type(const HfConfig& config) {
+  if (detail::exaone4_not_hybrid(config)) return "";
+  const HfFamily* f = find_hf_family(config.model_type.value_or(""));
+  return std::string(f ? f->nope_layer_type : std::string_view());
+}
+
+}  // namespace rotary
+
+#endif  // ROTARY_HF_KEYS_HPP
