@@ -88,6 +88,13 @@ inline constexpr HfFamily kFamilies[] = {
     // GLM / GLM-4: rotate_half on x[..., 0::2], x[..., 1::2] with repeat_interleave'd cos/sin.
     {"glm",              I, 1e4,    131072, 4096,  32,  128, 0,  0.5,  0,   0,     0,    F, ""},
     {"glm4",             I, 1e4,    131072, 4096,  32,  128, 0,  0.5,  0,   0,     0,    F, ""},
+    // GLM-4.1V (glm4v_text) and GLM-OCR (glm_ocr_text): M-RoPE whose sections pick the streams per
+    // frequency (as Qwen2-VL's), then repeat_interleave'd onto adjacent pairs rotated by
+    // rotate_half_llm (x[..., 0::2], x[..., 1::2]): interleaved pairing with mrope_axis_map. GLM-4.5V
+    // (glm4v_moe_text) does not: Glm4vMoeTextAttention's rotate_half on the halves.
+    {"glm4v_text",       I, 1e4,    32768,  4096,  32,  0,   0,  0.5,  0,   0,     0,    F, ""},  // max_pos ?
+    {"glm4v_moe_text",   H, 1e4,    65536,  4096,  96,  128, 0,  0.5,  0,   0,     0,    F, ""},  // max_pos, heads ?
+    {"glm_ocr_text",     I, 1e4,    131072, 1536,  16,  128, 0,  0,    0,   0,     0,    F, ""},  // remote code ?
     {"chatglm",          I, 1e4,    0,      4096,  32,  0,   0,  0.5,  0,   0,     0,    F, ""},  // remote code
     // Cohere: rotate_half = stack((-x[..., 1::2], x[..., ::2])).flatten (interleaved). Command R7B
     // (cohere2) applies RoPE on its sliding-window layers only.
@@ -184,7 +191,7 @@ ROTARY_COLD inline std::string unknown_pairing_message(std::string_view model_ty
 // its modeling code). Throws rotary::error for an unknown or empty model_type: guessing rotate_half
 // would give silently wrong rotations for a model that rotates adjacent pairs.
 //   interleaved: llama4_text, deepseek_v2, deepseek_v3, kimi_k2, glm, glm4, chatglm, cohere, cohere2, gptj,
-//                codegen, ernie4_5, ernie4_5_moe, helium
+//                codegen, ernie4_5, ernie4_5_moe, helium, glm4v_text, glm_ocr_text
 inline Pairing pairing_for_model_type(std::string_view model_type) {
   const std::optional<Pairing> p = detail::known_pairing(model_type);
   if (!p) throw error(detail::unknown_pairing_message(model_type));

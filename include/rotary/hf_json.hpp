@@ -184,6 +184,7 @@ inline std::string hf_text_model_type(const std::string& composite) {
       {"gemma3", "gemma3_text"}, {"gemma3n", "gemma3n_text"}, {"gemma4", "gemma4_text"}, {"llama4", "llama4_text"},
       {"qwen2_vl", "qwen2_vl_text"}, {"qwen2_5_vl", "qwen2_5_vl_text"}, {"qwen3_vl", "qwen3_vl_text"},
       {"qwen3_5", "qwen3_5_text"}, {"qwen3_5_moe", "qwen3_5_moe_text"},
+      {"glm4v", "glm4v_text"}, {"glm4v_moe", "glm4v_moe_text"}, {"glm_ocr", "glm_ocr_text"},
       {"llava", "llama"}, {"mistral3", "mistral"}};
   for (const auto& [c, t] : map)
     if (composite == c) return t;

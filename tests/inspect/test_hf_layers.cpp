@@ -409,4 +409,34 @@ TEST(HfLayers, QueryScales) {
   EXPECT_FALSE(layers_of(llama4)[3].query_scale.active());
 }
 
+// GLM-4.1V and GLM-OCR: M-RoPE on adjacent pairs (apply_multimodal_rotary_pos_emb's repeat_interleave
+// and rotate_half_llm); GLM-4.5V rotates halves. The sections are reported for the MultiAxisRope.
+TEST(HfLayers, GlmVisionPairings) {
+  const json glm41v = json::parse(R"({"model_type": "glm4v", "text_config": {"model_type": "glm4v_text",
+      "hidden_size": 4096, "num_attention_heads": 32, "num_hidden_layers": 40, "partial_rotary_factor": 0.5,
+      "max_position_embeddings": 65536, "rope_theta": 10000,
+      "rope_scaling": {"rope_type": "default", "mrope_section": [8, 12, 12]}}})");
+  const rotary::ResolvedRope r = rotary::resolve(rotary::hf_config_from_json(glm41v));
+  EXPECT_EQ(r.spec.pairing, rotary::Pairing::interleaved);
+  EXPECT_EQ(r.spec.effective_rotary_dim(), 64);
+  EXPECT_EQ(r.mrope_section, (std::vector<std::int64_t>{8, 12, 12}));
+  EXPECT_FALSE(r.mrope_interleaved);
+  json composite_only = glm41v;  // a text_config without model_type: the composite's text model
+  composite_only["text_config"].erase("model_type");
+  EXPECT_EQ(rotary::resolve(rotary::hf_config_from_json(composite_only)).spec.pairing, rotary::Pairing::interleaved);
+  json ocr = json::parse(R"({"model_type": "glm_ocr", "text_config": {"model_type": "glm_ocr_text",
+      "hidden_size": 1536, "num_attention_heads": 16, "head_dim": 128, "num_hidden_layers": 16,
+      "max_position_embeddings": 131072,
+      "rope_parameters": {"rope_type": "default", "rope_theta": 10000, "mrope_section": [16, 24, 24]}}})");
+  const rotary::ResolvedRope o = rotary::resolve(rotary::hf_config_from_json(ocr));
+  EXPECT_EQ(o.spec.pairing, rotary::Pairing::interleaved);
+  EXPECT_EQ(o.spec.effective_rotary_dim(), 128);
+  EXPECT_EQ(o.mrope_section, (std::vector<std::int64_t>{16, 24, 24}));
+  json moe = glm41v;
+  moe["model_type"] = "glm4v_moe";
+  moe["text_config"]["model_type"] = "glm4v_moe_text";
+  moe["text_config"]["head_dim"] = 128;
+  EXPECT_EQ(rotary::resolve(rotary::hf_config_from_json(moe)).spec.pairing, rotary::Pairing::half_split);
+}
+
 }  // namespace
