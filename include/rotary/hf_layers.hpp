@@ -40,6 +40,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -66,7 +67,9 @@ struct LayerRope {
   std::int64_t index = -1;  // the layer's index in the stack; -1: a row per layer type
   std::string layer_type;
   LayerRopeKind kind = LayerRopeKind::rope;
-  std::optional<ResolvedRope> rope;  // kind == rope: resolve() for this layer type
+  // kind == rope: resolve() for this layer type, shared by every layer of that type (a model of 2^14
+  // layers with 2^15 frequencies holds one copy per layer type, not per layer)
+  std::shared_ptr<const ResolvedRope> rope;
   std::string reason;                // nope: the rule that says so; refused: resolve()'s message
   // The query scaling this layer applies beside RoPE (hf_keys.hpp): a RoPE layer's is
   // rope->query_scale (Ministral 3); Llama 4's NoPE layers have their temperature tuning.
@@ -205,7 +208,7 @@ inline LayerRope hf_layer_answer(const HfConfig& c, const ResolveOptions& option
   ResolveOptions o = options;
   o.layer_type = layer_type;
   try {
-    l.rope = resolve(c, o);
+    l.rope = std::make_shared<const ResolvedRope>(resolve(c, o));
     l.query_scale = l.rope->query_scale;
   } catch (const error& e) {
     l.kind = LayerRopeKind::refused;

@@ -45,7 +45,7 @@ std::vector<LayerRope> layers_of(const json& j, const rotary::ResolveOptions& o 
 // Layer i's answer equals resolve() for its layer type, bit for bit (theta, attention factor, spec).
 void expect_same_as_resolve(const json& j, const LayerRope& l) {
   ASSERT_EQ(l.kind, LayerRopeKind::rope) << "layer " << l.index << ": " << l.reason;
-  ASSERT_TRUE(l.rope.has_value());
+  ASSERT_TRUE(l.rope != nullptr);
   rotary::ResolveOptions o;
   o.layer_type = l.layer_type;
   const rotary::ResolvedRope r = rotary::resolve(rotary::hf_config_from_json(j), o);
@@ -67,6 +67,8 @@ TEST(HfLayers, Gemma3SlidingPatternFromTheClassDefault) {
     EXPECT_EQ(l.rope->params.rope_type, full ? "linear" : "default") << l.index;  // x8 on global layers only
     EXPECT_EQ(l.rope->params.rope_theta, full ? 1e6 : 1e4) << l.index;
   }
+  EXPECT_EQ(layers[0].rope, layers[1].rope);  // one resolution per layer type, shared by its layers
+  EXPECT_NE(layers[0].rope, layers[5].rope);
   json pattern = j;  // an explicit pattern wins over the class default
   pattern["text_config"]["sliding_window_pattern"] = 4;
   for (const LayerRope& l : layers_of(pattern))
@@ -106,7 +108,7 @@ TEST(HfLayers, Llama4NoPEEveryFourthLayer) {
     EXPECT_EQ(l.layer_type, nope ? "full_attention" : "chunked_attention") << l.index;
     if (nope) {
       EXPECT_EQ(l.kind, LayerRopeKind::nope) << l.index;
-      EXPECT_FALSE(l.rope.has_value());
+      EXPECT_EQ(l.rope, nullptr);
       EXPECT_NE(l.reason.find("no_rope_layers[" + std::to_string(l.index) + "] is 0"), std::string::npos) << l.reason;
     } else {
       expect_same_as_resolve(j, l);
