@@ -4,7 +4,14 @@
 // (the reference, built with the project's normal flags) or compares them with a reference file
 // (`bits_probe --compare FILE`, built with one value-unsafe flag set each; tests/flags/CMakeLists.txt).
 // Inputs come from integer arithmetic only, so the flags cannot change them.
+// Built with ROTARY_BITS_PROBE_WITH_TESTS, it is one source of a flag set's core-test binary (one unity
+// TU: the header-only kernels are compiled once for both): `--compare FILE` runs the probe, anything
+// else runs the GoogleTest suite.
 #include <rotary/rotary.hpp>
+
+#ifdef ROTARY_BITS_PROBE_WITH_TESTS
+#include <gtest/gtest.h>
+#endif
 
 #include <cstdint>
 #include <cstdio>
@@ -15,6 +22,7 @@
 #include <string>
 #include <vector>
 
+namespace bits_probe {
 namespace {
 
 struct Hash {
@@ -136,7 +144,7 @@ void frequencies() {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   try {
     frequencies();
     for (const rotary::Isa isa : rotary::all_isas()) {
@@ -178,4 +186,16 @@ int main(int argc, char** argv) {
   }
   for (const auto& [k, v] : results) std::printf("%s %016llx\n", k.c_str(), static_cast<unsigned long long>(v));
   return 0;
+}
+
+}  // namespace bits_probe
+
+int main(int argc, char** argv) {
+#ifdef ROTARY_BITS_PROBE_WITH_TESTS
+  if (!(argc == 3 && std::string(argv[1]) == "--compare")) {
+    testing::InitGoogleTest(&argc, argv);
+    return RUN_ALL_TESTS();
+  }
+#endif
+  return bits_probe::run(argc, argv);
 }
