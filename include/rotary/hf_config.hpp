@@ -18,6 +18,8 @@
 //                 class default, else 1; int() truncates as Python does; the result must be even.
 //                 rope_type "proportional" (Gemma 4) rotates the whole head_dim: the rule itself
 //                 zeroes the frequencies of the pairs past f * head_dim / 2, so its rotary_dim is head_dim.
+//                 MiniMax (minimax): the whole head_dim, as transformers (rotary_dim with
+//                 EngineQuirks::vllm_minimax_rotary_dim, as vLLM; a rotary_dim key is a warning).
 //   rope_theta    rope_theta, else rotary_emb_base (GPT-NeoX, Pythia), else rope_scaling->rope_theta
 //                 when it differs from RopeParameters' 10000 (the JSON adapter moves a dict's theta to
 //                 rope_theta, so this only serves callers filling HfConfig by hand), else the class
@@ -166,8 +168,10 @@ inline bool hf_needs_original_max(const std::string& t) {
   return t == "llama3" || t == "yarn" || t == "longrope";
 }
 
+// DeepSeek's MLA: yarn's mscale(factor, mscale_all_dim)^2 on the softmax scale (LongCat-Flash's
+// attention is DeepSeek-V3's, yarn_apply_mscale).
 inline bool hf_is_deepseek(std::string_view m) {
-  return m == "deepseek_v2" || m == "deepseek_v3" || m == "kimi_k2";
+  return m == "deepseek_v2" || m == "deepseek_v3" || m == "kimi_k2" || m == "longcat_flash";
 }
 
 }  // namespace detail
@@ -208,6 +212,14 @@ inline void hf_resolve_family(HfResolution& s) {
     throw error(concat("alibi (true): model_type '", s.model_type,
                        "' with ALiBi has no rotary position embedding"));
   s.head_dim = hf_head_dim(s.config, s.family);
+  // LongcatFlashRotaryEmbedding sizes its table by head_dim while the attention rotates the
+  // qk_rope_head_dim slice (vLLM and Meituan's code use qk_rope_head_dim): equal in every config, or
+  // transformers' cos/sin would not match the slice.
+  if (s.model_type == "longcat_flash" && s.config.head_dim && *s.config.head_dim != 0 &&
+      *s.config.head_dim != s.head_dim)
+    throw error(concat("longcat_flash: head_dim (", *s.config.head_dim, ") differs from qk_rope_head_dim (",
+                       s.head_dim, "): transformers builds the rotary table over head_dim and applies it to the "
+                       "qk_rope_head_dim slice"));
 }
 
 // 1. The layer type: the caller's, else the family's RoPE layer type; a NoPE layer type is refused.
@@ -376,8 +388,38 @@ inline void hf_resolve_max_positions(HfResolution& s) {
                        "' needs it and the config has neither it nor n_positions"));
 }
 
-// 3. rotary_dim.
+// 3. rotary_dim. MiniMax first: transformers' MiniMaxRotaryEmbedding builds its default frequencies
+// over the whole head_dim and reads neither rotary_dim nor partial_rotary_factor (its attention
+// rotates q and k whole, so a narrower table from another rope_type would not broadcast: refused);
+// vLLM's MiniMaxText01 rotates config.rotary_dim where the config has one (EngineQuirks).
+inline bool hf_resolve_minimax_rotary_dim(HfResolution& s) {
+  if (s.model_type != "minimax") return false;
+  const HfConfig& config = s.config;
+  const std::int64_t head_dim = s.head_dim;
+  if (s.options.quirks.vllm_minimax_rotary_dim) {
+    s.rotary_dim = config.rotary_dim.value_or(head_dim);
+    if (s.rotary_dim <= 0 || s.rotary_dim % 2 != 0 || s.rotary_dim > head_dim)
+      throw error(concat("rotary_dim (", s.rotary_dim, ") must be even, positive and <= head_dim (", head_dim, ")"));
+    return true;
+  }
+  const std::optional<double> factor = config.partial_rotary_factor ? config.partial_rotary_factor
+                                                                     : s.p.partial_rotary_factor;
+  if (factor && *factor != 1.0 && s.p.rope_type != "default")
+    throw error(concat("minimax with partial_rotary_factor ", *factor, " and rope_type '", s.p.rope_type,
+                       "': transformers' MiniMax rotates the whole head, which that table would not cover"));
+  s.rotary_dim = head_dim;
+  if (config.rotary_dim && *config.rotary_dim != head_dim)
+    s.r.warnings.push_back(concat("minimax: rotary_dim ", *config.rotary_dim, " is not read by transformers, which "
+                                  "rotates the whole head_dim ", head_dim, "; vLLM rotates ", *config.rotary_dim,
+                                  " (ResolveOptions::quirks.vllm_minimax_rotary_dim)"));
+  if (factor && *factor != 1.0)
+    s.r.warnings.push_back(concat("minimax: partial_rotary_factor ", *factor, " is not read by transformers' "
+                                  "MiniMax, which rotates the whole head_dim ", head_dim));
+  return true;
+}
+
 inline void hf_resolve_rotary_dim(HfResolution& s) {
+  if (hf_resolve_minimax_rotary_dim(s)) return;
   const HfConfig& config = s.config;
   RopeParameters& p = s.p;
   const std::int64_t head_dim = s.head_dim;

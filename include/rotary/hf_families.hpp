@@ -82,6 +82,10 @@ inline constexpr HfFamily kFamilies[] = {
     // Kimi K2 (and K2.5's text_config): DeepseekV3ForCausalLM under its own model_type (Moonshot's
     // deployment guide: "change model_type to deepseek_v3" where an engine lacks it); DeepseekV3Config.
     {"kimi_k2",          I, 1e4,    4096,   7168,  128, 0,   64, 0,    0,   0,     0,    F, ""},
+    // LongCat-Flash (LongcatFlashConfig, default_theta 1e7): DeepSeek-V3's MLA, adjacent pairs
+    // (apply_rotary_pos_emb_interleave) on the last 64 values of each q/k head; two attention blocks
+    // per layer, both rotated (layer count 2 * num_layers). hidden ?
+    {"longcat_flash",    I, 1e7,    131072, 6144,  64,  64,  64, 0,    0,   0,     0,    F, ""},
     // gpt-oss: _apply_rotary_emb chunks x in two halves (half_split); the class default rope_scaling
     // is yarn (factor 32, beta 32/1, truncate false, L0 4096), see resolve().
     {"gpt_oss",          H, 150000, 131072, 2880,  64,  64,  0,  0,    0,   0,     0,    F, ""},
@@ -127,6 +131,10 @@ inline constexpr HfFamily kFamilies[] = {
     {"qwen3_next",       H, 1e4,    32768,  2048,  16,  256, 0,  0.25, 0,   0,     0,    F, "linear_attention"},
     // MiniMax-M2: rotary_dim (class default head_dim / 2) of each head, rotate_half within it.
     {"minimax_m2",       H, 5e6,    196608, 3072,  48,  128, 0,  0.5,  0,   0,     0,    F, ""},
+    // MiniMax-Text-01 as transformers has it (MiniMaxConfig, default_theta 1e6): its rotary embedding
+    // rotates the whole head, reading neither rotary_dim nor partial_rotary_factor (vLLM rotates
+    // rotary_dim: EngineQuirks::vllm_minimax_rotary_dim); its lightning layers carry no RoPE.
+    {"minimax",          H, 1e6,    131072, 4096,  32,  0,   0,  0,    0,   0,     0,    F, "linear_attention"},
     {"seed_oss",         H, 1e4,    524288, 4096,  80,  128, 0,  0,    0,   0,     0,    F, ""},
     // SmolLM3: rotate_half; which layers skip RoPE is no_rope_layers' per-layer list, not a layer type.
     {"smollm3",          H, 2e6,    32768,  2048,  16,  0,   0,  0,    0,   0,     0,    F, ""},
@@ -190,8 +198,8 @@ ROTARY_COLD inline std::string unknown_pairing_message(std::string_view model_ty
 // The pairing a model family's reference implementation uses (hf_families(), each checked against
 // its modeling code). Throws rotary::error for an unknown or empty model_type: guessing rotate_half
 // would give silently wrong rotations for a model that rotates adjacent pairs.
-//   interleaved: llama4_text, deepseek_v2, deepseek_v3, kimi_k2, glm, glm4, chatglm, cohere, cohere2, gptj,
-//                codegen, ernie4_5, ernie4_5_moe, helium, glm4v_text, glm_ocr_text
+//   interleaved: llama4_text, deepseek_v2, deepseek_v3, kimi_k2, longcat_flash, glm, glm4, chatglm, cohere,
+//                cohere2, gptj, codegen, ernie4_5, ernie4_5_moe, helium, glm4v_text, glm_ocr_text
 inline Pairing pairing_for_model_type(std::string_view model_type) {
   const std::optional<Pairing> p = detail::known_pairing(model_type);
   if (!p) throw error(detail::unknown_pairing_message(model_type));

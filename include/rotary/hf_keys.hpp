@@ -67,6 +67,9 @@ struct HfConfig {
 
   // The layer stack, read by resolve_layers (hf_layers.hpp) only.
   std::optional<std::int64_t> num_hidden_layers;  // n_layer (GPT-J, CodeGen) is its name there
+  // LongCat-Flash: its layers, each with two attention blocks; LongcatFlashModel sets
+  // num_hidden_layers = 2 * num_layers (the blocks are the layers its cache and rope count)
+  std::optional<std::int64_t> num_layers;
   // SmolLM3, Llama 4: one entry per layer, nonzero = the layer applies RoPE, 0 = NoPE (HF's
   // attention reads use_rope = no_rope_layers[layer_idx]); empty: the class's default list, NoPE
   // every no_rope_layer_interval-th layer (class default 4).

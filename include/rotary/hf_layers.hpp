@@ -10,6 +10,8 @@
 // answer, as transformers builds the model:
 //   layer count   num_hidden_layers (n_layer), else the length of layer_types, else of no_rope_layers;
 //                 none of them: one row per layer type the family has (index -1), the count unknown.
+//                 LongCat-Flash: 2 * num_layers where the file has it (two attention blocks per layer,
+//                 LongcatFlashModel's override of num_hidden_layers).
 //   layer types   layer_types from the file (its length must be the layer count, as HF checks), else
 //                 the class's derivation: Llama 4 "chunked_attention" on RoPE layers, "full_attention"
 //                 on NoPE layers; Gemma 2 alternating sliding/full; Gemma 3 and Command R7B every
@@ -92,6 +94,11 @@ inline bool hf_reads_no_rope_layers(const std::string& model_type) {
 // The layer count, or nothing when the config does not say.
 inline std::optional<std::int64_t> hf_layer_count(const HfConfig& c) {
   std::optional<std::int64_t> n = c.num_hidden_layers;
+  if (c.model_type.value_or("") == "longcat_flash" && c.num_layers) {  // LongcatFlashModel overrides the key
+    if (*c.num_layers < 0 || *c.num_layers > kHfMaxLayers / 2)
+      throw error(concat("num_layers (", *c.num_layers, ") must be in [0, ", kHfMaxLayers / 2, "]"));
+    n = 2 * *c.num_layers;
+  }
   if (!n && !c.layer_types.empty()) n = static_cast<std::int64_t>(c.layer_types.size());
   if (!n && !c.no_rope_layers.empty()) n = static_cast<std::int64_t>(c.no_rope_layers.size());
   if (n && (*n < 0 || *n > kHfMaxLayers))
@@ -156,6 +163,11 @@ inline std::vector<std::string> hf_layer_types(const HfConfig& c, const std::str
     return every("sliding_window_pattern", c.sliding_window_pattern, 4, "sliding_attention");
   }
   if (model_type == "granitemoehybrid") return std::vector<std::string>(static_cast<std::size_t>(n), "mamba");
+  if (model_type == "minimax") {  // MiniMaxConfig: layer i attends with softmax where i + 1 is odd
+    std::vector<std::string> t;
+    for (std::int64_t i = 0; i < n; ++i) t.emplace_back((i + 1) % 2 != 0 ? "full_attention" : "linear_attention");
+    return t;
+  }
   if (model_type == "kimi_linear" && !c.kda_layers.empty()) {  // kda_layers are 1-based
     std::vector<std::string> t(static_cast<std::size_t>(n), "full_attention");
     for (const std::int64_t k : c.kda_layers)

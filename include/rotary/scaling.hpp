@@ -66,6 +66,10 @@
 //   * vllm_longrope_always_long: vLLM's longrope uses the long factors for the whole run (also for
 //     sequences <= L0); HF switches at seq_len > L0 (and keys cached before the switch were rotated
 //     with the short factors — see rerotate.hpp to convert them).
+//   * vllm_minimax_rotary_dim (read by hf_config.hpp's resolve, not by the rules here): MiniMax-Text-01
+//     (model_type "minimax") rotates the config's rotary_dim (64 of 128 in MiniMax's own config) in
+//     vLLM; transformers' MiniMaxRotaryEmbedding rotates the whole head_dim and reads neither
+//     rotary_dim nor partial_rotary_factor.
 #ifndef ROTARY_SCALING_HPP
 #define ROTARY_SCALING_HPP
 
@@ -113,6 +117,7 @@ struct EngineQuirks {  // reproduce other engines on purpose; all off = HF
   bool vllm_dynamic_fixed_table = false;   // dynamic NTK computed once at L*s
   bool ggml_yarn_magnitude = false;        // yarn attention factor 1 + 0.1 ln s (ggml with attn_factor 1; see above)
   bool vllm_longrope_always_long = false;  // long factors for the whole run
+  bool vllm_minimax_rotary_dim = false;    // MiniMax (minimax): rotate rotary_dim, not the whole head
 };
 
 namespace detail {

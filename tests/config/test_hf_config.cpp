@@ -277,12 +277,12 @@ TEST(HfConfig, SeqLenDrivesDynamicNtk) {
 
 TEST(HfConfig, PairingByModelFamily) {
   for (const char* m : {"gptj", "codegen", "cohere", "cohere2", "glm", "glm4", "chatglm", "deepseek_v2", "deepseek_v3",
-                        "llama4_text", "llama4", "ernie4_5", "ernie4_5_moe", "helium", "kimi_k2"})
+                        "llama4_text", "llama4", "ernie4_5", "ernie4_5_moe", "helium", "kimi_k2", "longcat_flash"})
     EXPECT_EQ(rotary::pairing_for_model_type(m), Pairing::interleaved) << m;
   for (const char* m : {"llama", "mistral", "qwen2", "qwen3", "phi", "phi3", "gpt_neox", "gemma3_text", "stablelm",
                         "falcon", "gpt_oss", "qwen2_vl", "qwen3_vl_text", "glm4_moe", "qwen3_next", "minimax_m2",
                         "seed_oss", "smollm3", "olmo3", "hunyuan_v1_dense", "hunyuan_v1_moe", "gemma4_text",
-                        "qwen3_5_text", "qwen3_5_moe_text"})
+                        "qwen3_5_text", "qwen3_5_moe_text", "minimax"})
     EXPECT_EQ(rotary::pairing_for_model_type(m), Pairing::half_split) << m;
   // config.json does not say how a model pairs its values: no guess for a family nobody has checked
   for (const char* m : {"", "some_future_model", "Llama", "llama "})

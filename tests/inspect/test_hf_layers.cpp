@@ -324,6 +324,103 @@ TEST(HfLayers, Lfm2ConvLayersAndTheta) {
   EXPECT_EQ(t[3].kind, LayerRopeKind::nope);
 }
 
+// MiniMax-Text-01 (model_type minimax, transformers' MiniMaxConfig / MiniMaxRotaryEmbedding): without
+// layer_types, layer i is "full_attention" where i + 1 is odd and "linear_attention" (lightning
+// attention, no RoPE) otherwise; the rotary embedding spans the whole head_dim and reads neither
+// rotary_dim nor partial_rotary_factor (a warning says so); vLLM's MiniMaxText01 rotates rotary_dim
+// (EngineQuirks::vllm_minimax_rotary_dim). The shape is MiniMax-Text-01's (its own config carries
+// rotary_dim 64 of head_dim 128).
+TEST(HfLayers, MiniMaxLightningLayersAndWidth) {
+  const json j = json::parse(R"({"model_type": "minimax", "hidden_size": 6144, "num_attention_heads": 64,
+      "num_key_value_heads": 8, "head_dim": 128, "num_hidden_layers": 6, "rope_theta": 10000000,
+      "max_position_embeddings": 10240000, "rotary_dim": 64})");
+  for (const LayerRope& l : layers_of(j)) {
+    const bool softmax = (l.index + 1) % 2 == 1;
+    EXPECT_EQ(l.layer_type, softmax ? "full_attention" : "linear_attention") << l.index;
+    EXPECT_EQ(l.kind, softmax ? LayerRopeKind::rope : LayerRopeKind::nope) << l.index;
+    if (softmax) expect_same_as_resolve(j, l);
+  }
+  const rotary::ResolvedRope hf = rotary::resolve(rotary::hf_config_from_json(j));
+  EXPECT_EQ(hf.spec.pairing, rotary::Pairing::half_split);
+  EXPECT_EQ(hf.spec.effective_rotary_dim(), 128);
+  EXPECT_EQ(hf.params.rope_theta, 1e7);
+  ASSERT_EQ(hf.freqs.theta.size(), 64u);
+  EXPECT_DOUBLE_EQ(hf.freqs.theta[1], 1.0 / std::pow(1e7, 2.0 / 128.0));
+  bool warned = false;
+  for (const std::string& w : hf.warnings) warned = warned || w.find("rotary_dim 64 is not read") != std::string::npos;
+  EXPECT_TRUE(warned);
+
+  rotary::ResolveOptions vllm;
+  vllm.quirks.vllm_minimax_rotary_dim = true;
+  const rotary::ResolvedRope v = rotary::resolve(rotary::hf_config_from_json(j), vllm);
+  EXPECT_EQ(v.spec.effective_rotary_dim(), 64);
+  ASSERT_EQ(v.freqs.theta.size(), 32u);
+  EXPECT_DOUBLE_EQ(v.freqs.theta[1], 1.0 / std::pow(1e7, 2.0 / 64.0));
+  json no_key = j;  // vLLM without rotary_dim: the whole head
+  no_key.erase("rotary_dim");
+  EXPECT_EQ(rotary::resolve(rotary::hf_config_from_json(no_key), vllm).spec.effective_rotary_dim(), 128);
+  EXPECT_TRUE(rotary::resolve(rotary::hf_config_from_json(no_key)).warnings.empty());
+
+  json defaults = json::parse(R"({"model_type": "minimax"})");  // MiniMaxConfig's defaults
+  const rotary::ResolvedRope d = rotary::resolve(rotary::hf_config_from_json(defaults));
+  EXPECT_EQ(d.params.rope_theta, 1e6);
+  EXPECT_EQ(d.spec.head_dim, 128);  // 4096 / 32
+  const auto types = layers_of(defaults);  // no num_hidden_layers: one row per layer type
+  ASSERT_EQ(types.size(), 2u);
+  EXPECT_EQ(types[0].layer_type, "full_attention");
+  EXPECT_EQ(types[0].kind, LayerRopeKind::rope);
+  EXPECT_EQ(types[1].layer_type, "linear_attention");
+  EXPECT_EQ(types[1].kind, LayerRopeKind::nope);
+
+  json partial = j;  // another rope_type over a narrower table: HF's q * cos would not broadcast
+  partial.erase("rotary_dim");
+  partial["partial_rotary_factor"] = 0.5;
+  partial["rope_scaling"] = json::parse(R"({"rope_type": "linear", "factor": 2.0})");
+  rotary_test::expect_error([&] { rotary::resolve(rotary::hf_config_from_json(partial)); },
+                            {"minimax", "partial_rotary_factor 0.5", "linear"});
+  rotary::ResolveOptions lightning;
+  lightning.layer_type = "linear_attention";
+  rotary_test::expect_error([&] { rotary::resolve(rotary::hf_config_from_json(j), lightning); },
+                            {"linear_attention", "NoPE"});
+}
+
+// LongCat-Flash (model_type longcat_flash, LongcatFlashConfig / LongcatFlashMLA): DeepSeek-V3's MLA, adjacent
+// pairs on the 64-value rope slice of each head, θ 1e7 by class default; two attention blocks per layer
+// (num_hidden_layers = 2 * num_layers), every one rotated; yarn's mscale(factor, mscale_all_dim)^2 on the
+// softmax scale, as DeepSeek's. The shape is LongCat-Flash's (the class defaults).
+TEST(HfLayers, LongcatFlashTwoBlocksPerLayer) {
+  const json j = json::parse(R"({"model_type": "longcat_flash", "hidden_size": 6144, "num_attention_heads": 64,
+      "num_layers": 28, "num_hidden_layers": 56, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128,
+      "head_dim": 64, "max_position_embeddings": 131072})");
+  const auto layers = layers_of(j);
+  ASSERT_EQ(layers.size(), 56u);
+  for (const LayerRope& l : layers) expect_same_as_resolve(j, l);
+  const rotary::ResolvedRope r = rotary::resolve(rotary::hf_config_from_json(j));
+  EXPECT_EQ(r.spec.pairing, rotary::Pairing::interleaved);
+  EXPECT_EQ(r.spec.head_dim, 64);
+  EXPECT_EQ(r.params.rope_theta, 1e7);
+  EXPECT_EQ(r.softmax_scale_factor, 1.0);
+  json fewer = j;  // the file's num_hidden_layers does not count: transformers sets 2 * num_layers
+  fewer["num_hidden_layers"] = 28;
+  EXPECT_EQ(layers_of(fewer).size(), 56u);
+  fewer.erase("num_layers");
+  EXPECT_EQ(layers_of(fewer).size(), 28u);
+
+  json yarn = j;  // DeepSeek's yarn softmax scale: mscale(40, 1)^2
+  yarn["rope_scaling"] = json::parse(R"({"rope_type": "yarn", "factor": 40, "mscale": 1.0, "mscale_all_dim": 1.0,
+      "original_max_position_embeddings": 4096, "beta_fast": 32, "beta_slow": 1})");
+  const double m = 0.1 * std::log(40.0) + 1.0;
+  EXPECT_DOUBLE_EQ(rotary::resolve(rotary::hf_config_from_json(yarn)).softmax_scale_factor, m * m);
+
+  json wider = j;  // HF's table over head_dim 128 would not match the 64-value slice
+  wider["head_dim"] = 128;
+  rotary_test::expect_error([&] { rotary::resolve(rotary::hf_config_from_json(wider)); },
+                            {"longcat_flash", "head_dim (128)", "qk_rope_head_dim (64)"});
+  json huge = j;
+  huge["num_layers"] = 1 << 20;
+  rotary_test::expect_error([&] { layers_of(huge); }, {"num_layers (1048576)"});
+}
+
 // Granite 4.0-H (GraniteMoeHybridModel): a rotary embedding only for position_embedding_type "rope"
 // (its published configs say "nope"); "mamba" layers have no attention at all.
 TEST(HfLayers, Granite4HybridNoPE) {
