@@ -11,8 +11,9 @@
 // short/long switching); --layer-type picks per-layer-type parameters (default: the model's RoPE
 // layers, full_attention for most, chunked_attention for Llama 4). Also printed: mrope_section and
 // mrope_interleaved (M-RoPE models), softmax_scale_factor (DeepSeek's yarn mscale on the softmax
-// scale), query_scale (Ministral 3's scaling of queries by position, null for others) and the
-// warnings (misspelt or ignored keys, unknown families), which also go to stderr.
+// scale), inverse_on_output (DeepSeek-V4 rotates its attention output back), query_scale (Ministral
+// 3's scaling of queries by position, null for others) and the warnings (misspelt or ignored keys,
+// unknown families), which also go to stderr.
 // --layers prints instead what every layer gets (resolve_layers, rotary/hf_layers.hpp): a JSON array,
 // one object per layer (index, layer_type, kind "rope" / "nope" / "refused", and rope_type, rope_theta,
 // rotary_dim, attention_factor for RoPE layers, reason for the others).
@@ -197,6 +198,7 @@ int run(const Args& args) {
   o << "  \"seq_len\": " << (r.input.seq_len ? std::to_string(*r.input.seq_len) : "null") << ",\n";
   o << "  \"attention_factor\": " << fmt("%.17g", r.freqs.attention_factor) << ",\n";
   o << "  \"softmax_scale_factor\": " << fmt("%.17g", r.softmax_scale_factor) << ",\n";
+  o << "  \"inverse_on_output\": " << (r.inverse_on_output ? "true" : "false") << ",\n";
   o << "  \"query_scale\": " << query_scale_json(r.query_scale) << ",\n";
   o << "  \"mrope_section\": " << json(r.mrope_section).dump() << ",\n";
   o << "  \"mrope_interleaved\": " << (r.mrope_interleaved ? "true" : "false") << ",\n";

@@ -6,7 +6,9 @@
 // config.json; resolve() applies the model family's class defaults (the values transformers'
 // configuration_<family>.py gives a key the file omits, see hf_families.hpp) and HF's precedence:
 //
-//   head_dim      qk_rope_head_dim (DeepSeek-V2/V3 MLA: the rotated slice of each head), else
+//   head_dim      DeepSeek-V4: its rotated slice, int(head_dim * partial_rotary_factor), the last values
+//                 of each head (hf_keys.hpp); else
+//                 qk_rope_head_dim (DeepSeek-V2/V3 MLA: the rotated slice of each head), else
 //                 head_dim (if > 0), else hidden_size / num_attention_heads (integer division, as HF
 //                 does). n_embd and n_embed are names of hidden_size, n_head of num_attention_heads
 //                 (GPT-J, CodeGen, Falcon's attribute maps). Each from the file, else the class default.
@@ -106,6 +108,10 @@ struct ResolvedRope {
   // Also beside the rotation: Ministral 3 scales its queries by position (llama_4_scaling_beta,
   // QueryScale in hf_keys.hpp); inactive (beta 0) for every other family.
   QueryScale query_scale;
+  // DeepSeek-V4 (K = V): the attention output's rope slice (the last head_dim values of each head)
+  // picked up the keys' rotation; DeepseekV4Attention rotates it back at the query positions with this
+  // layer's cos/sin: apply(..., Direction::inverse) on that slice. false for every other family.
+  bool inverse_on_output = false;
   std::vector<std::string> warnings;  // the config's, then resolve()'s
 };
 
@@ -131,6 +137,7 @@ inline std::int64_t hf_head_dim_capped(const char* key, std::int64_t v) {
 }
 
 inline std::int64_t hf_head_dim(const HfConfig& c, const HfFamily* f) {
+  if (c.model_type.value_or("") == "deepseek_v4") return deepseek_v4_rope_dim(c);  // its rope slice
   const std::optional<std::int64_t> qk = hf_or(c.qk_rope_head_dim, f ? f->qk_rope_head_dim : 0);
   if (qk) return hf_head_dim_capped("qk_rope_head_dim", *qk);
   // HF: `head_dim or hidden_size // num_attention_heads`.
@@ -322,7 +329,9 @@ inline void hf_shared_parameters(HfResolution& s) {
 
 // The parameters of this layer type: its per-layer-type entry, else the top-level keys.
 inline void hf_resolve_parameters(HfResolution& s) {
-  if (!s.config.per_layer_type.empty())
+  if (s.model_type == "deepseek_v4")
+    s.p = deepseek_v4_parameters(s.config, s.layer_type);
+  else if (!s.config.per_layer_type.empty())
     hf_layer_entry(s);
   else
     hf_shared_parameters(s);
@@ -420,6 +429,10 @@ inline bool hf_resolve_minimax_rotary_dim(HfResolution& s) {
 
 inline void hf_resolve_rotary_dim(HfResolution& s) {
   if (hf_resolve_minimax_rotary_dim(s)) return;
+  if (s.model_type == "deepseek_v4") {  // head_dim is already the rotated slice
+    s.rotary_dim = s.head_dim;
+    return;
+  }
   const HfConfig& config = s.config;
   RopeParameters& p = s.p;
   const std::int64_t head_dim = s.head_dim;
@@ -536,6 +549,7 @@ inline void hf_resolve_frequencies(HfResolution& s) {
     r.softmax_scale_factor = m * m;
   }
   hf_resolve_query_scale(s);
+  r.inverse_on_output = s.model_type == "deepseek_v4";
   r.params = std::move(p);
 }
 

@@ -86,6 +86,11 @@ inline constexpr HfFamily kFamilies[] = {
     // (apply_rotary_pos_emb_interleave) on the last 64 values of each q/k head; two attention blocks
     // per layer, both rotated (layer count 2 * num_layers). hidden ?
     {"longcat_flash",    I, 1e7,    131072, 6144,  64,  64,  64, 0,    0,   0,     0,    F, ""},
+    // DeepSeek-V4 (DeepseekV4Config): adjacent pairs (GLM's rotate_half, repeat_interleave'd cos) on
+    // the last int(head_dim * partial_rotary_factor) = 64 of each 512-value head; sliding_attention
+    // layers at rope_theta, the compressed ones (and the compressor, the indexer) at
+    // compress_rope_theta 160000 with the config's scaling (hf_config.hpp). hidden, heads ?
+    {"deepseek_v4",      I, 1e4,    1048576, 0,    0,   512, 0,  0,    0,   0,     0,    "compressed_sparse_attention", ""},
     // gpt-oss: _apply_rotary_emb chunks x in two halves (half_split); the class default rope_scaling
     // is yarn (factor 32, beta 32/1, truncate false, L0 4096), see resolve().
     {"gpt_oss",          H, 150000, 131072, 2880,  64,  64,  0,  0,    0,   0,     0,    F, ""},
@@ -198,8 +203,8 @@ ROTARY_COLD inline std::string unknown_pairing_message(std::string_view model_ty
 // The pairing a model family's reference implementation uses (hf_families(), each checked against
 // its modeling code). Throws rotary::error for an unknown or empty model_type: guessing rotate_half
 // would give silently wrong rotations for a model that rotates adjacent pairs.
-//   interleaved: llama4_text, deepseek_v2, deepseek_v3, kimi_k2, longcat_flash, glm, glm4, chatglm, cohere,
-//                cohere2, gptj, codegen, ernie4_5, ernie4_5_moe, helium, glm4v_text, glm_ocr_text
+//   interleaved: llama4_text, deepseek_v2, deepseek_v3, deepseek_v4, kimi_k2, longcat_flash, glm, glm4, chatglm,
+//                cohere, cohere2, gptj, codegen, ernie4_5, ernie4_5_moe, helium, glm4v_text, glm_ocr_text
 inline Pairing pairing_for_model_type(std::string_view model_type) {
   const std::optional<Pairing> p = detail::known_pairing(model_type);
   if (!p) throw error(detail::unknown_pairing_message(model_type));

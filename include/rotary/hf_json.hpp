@@ -160,7 +160,7 @@ inline constexpr const char* kHfTopKeys[] = {
     "num_hidden_layers", "no_rope_layers", "no_rope_layer_interval", "sliding_window_pattern",
     "full_attention_interval", "use_sliding_window", "sliding_window", "full_attn_idxs", "theta",
     "position_embedding_type", "mla_use_nope", "linear_attn_config", "attn_temperature_tuning", "attn_scale",
-    "floor_scale", "num_layers"};
+    "floor_scale", "num_layers", "compress_rope_theta", "compress_ratios"};
 // Real config keys within edit distance of those (DeepSeek's MLA dims, vision hidden_sizes,
 // MPT/OLMo-1's n_heads): not misspellings.
 inline constexpr const char* kHfTopNearMisses[] = {"qk_nope_head_dim", "v_head_dim",  "qk_head_dim",
@@ -375,6 +375,8 @@ inline void hf_read_layer_types(const hf_json& c, const std::string& top, HfConf
   h.num_hidden_layers = hf_get_int(c, "num_hidden_layers", top);
   if (!h.num_hidden_layers) h.num_hidden_layers = hf_get_int(c, "n_layer", top);
   h.num_layers = hf_get_int(c, "num_layers", top);
+  h.compress_rope_theta = hf_get_double(c, "compress_rope_theta", top);
+  h.compress_ratios = hf_get_ints(c, "compress_ratios", top);
   h.no_rope_layers = hf_get_ints(c, "no_rope_layers", top);
   h.no_rope_layer_interval = hf_get_int(c, "no_rope_layer_interval", top);
   if (const auto swp = c.find("sliding_window_pattern"); swp != c.end() && swp->is_string()) {

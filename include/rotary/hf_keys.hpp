@@ -52,6 +52,7 @@ struct HfConfig {
   std::optional<double> rope_theta;
   std::optional<double> rotary_emb_base;       // GPT-NeoX, Pythia name of rope_theta
   std::optional<double> rope_local_base_freq;  // Gemma-3: theta of the sliding-window layers
+  std::optional<double> compress_rope_theta;   // DeepSeek-V4: theta of its compressed-attention layers
   std::optional<std::int64_t> max_position_embeddings;
   std::optional<std::int64_t> n_positions;     // GPT-J, CodeGen name of max_position_embeddings
   std::optional<std::int64_t> original_max_position_embeddings;  // Phi-3 keeps it at the top level
@@ -70,6 +71,9 @@ struct HfConfig {
   // LongCat-Flash: its layers, each with two attention blocks; LongcatFlashModel sets
   // num_hidden_layers = 2 * num_layers (the blocks are the layers its cache and rope count)
   std::optional<std::int64_t> num_layers;
+  // DeepSeek-V4's per-layer compression (0 sliding, 4 compressed sparse, 128 heavily compressed): its
+  // layer types where the file has no layer_types
+  std::vector<std::int64_t> compress_ratios;
   // SmolLM3, Llama 4: one entry per layer, nonzero = the layer applies RoPE, 0 = NoPE (HF's
   // attention reads use_rope = no_rope_layers[layer_idx]); empty: the class's default list, NoPE
   // every no_rope_layer_interval-th layer (class default 4).
@@ -129,6 +133,63 @@ struct QueryScale {
 };
 
 namespace detail {
+
+// DeepSeek-V4 (DeepseekV4Config, DeepseekV4Attention). The rotated slice: int(head_dim * f) values at
+// the end of each head, f = partial_rotary_factor, else qk_rope_head_dim / head_dim, else 64 / 512
+// (head_dim: class default 512). resolve() describes that slice (its head_dim and rotary_dim).
+inline std::int64_t deepseek_v4_rope_dim(const HfConfig& c) {
+  const std::int64_t head = c.head_dim && *c.head_dim > 0 ? *c.head_dim : 512;
+  if (head > kHfMaxHeadDim) throw error(concat("head_dim (", head, ") is larger than any model's"));
+  double f = 64.0 / 512.0;
+  const char* key = "the class default 64 / 512";
+  if (c.partial_rotary_factor) {
+    f = *c.partial_rotary_factor;
+    key = "partial_rotary_factor";
+  } else if (c.qk_rope_head_dim) {
+    f = static_cast<double>(*c.qk_rope_head_dim) / static_cast<double>(head);
+    key = "qk_rope_head_dim / head_dim";
+  }
+  if (!(f > 0.0 && f <= 1.0)) throw error(concat("deepseek_v4: ", key, " (", f, ") must be in (0, 1]"));
+  const auto d = static_cast<std::int64_t>(static_cast<double>(head) * f);
+  if (d <= 0 || d % 2 != 0)
+    throw error(concat("deepseek_v4: int(head_dim ", head, " * ", key, " ", f, ") = ", d, " must be even and positive"));
+  return d;
+}
+
+// Which of DeepSeek-V4's two rope parameter sets a layer type uses (DeepseekV4Attention:
+// "main" for sliding_attention, "compress" for the compressed layer types, their compressor and
+// indexer alike).
+inline const char* deepseek_v4_rope_key(const std::string& layer_type) {
+  if (layer_type == "sliding_attention") return "main";
+  if (layer_type == "compressed_sparse_attention" || layer_type == "heavily_compressed_attention") return "compress";
+  throw error(concat("layer_type (\"", layer_type, "\"): deepseek_v4's layer types are sliding_attention, "
+                     "compressed_sparse_attention and heavily_compressed_attention"));
+}
+
+// A layer type's rope parameters: rope_parameters' "main" / "compress" entries where the file has both
+// (used as they stand); else "main" is default RoPE at rope_theta (class default 1e4) and "compress"
+// the config's flat scaling dict at compress_rope_theta (class default 160000), rope_type default where
+// it has none, a yarn attention_factor of 1 where it has none. No other mix is read.
+inline RopeParameters deepseek_v4_parameters(const HfConfig& c, const std::string& layer_type) {
+  const std::string key = deepseek_v4_rope_key(layer_type);
+  if (!c.per_layer_type.empty()) {
+    const auto it = c.per_layer_type.find(key);
+    if (it == c.per_layer_type.end() || c.per_layer_type.size() != 2 || !c.per_layer_type.count("main"))
+      throw error("deepseek_v4: a nested rope_parameters needs exactly the entries \"main\" and \"compress\"");
+    return it->second;
+  }
+  RopeParameters p;
+  if (key == "main") {
+    p.rope_theta = c.rope_theta.value_or(10000.0);
+    return p;
+  }
+  if (c.rope_scaling) p = *c.rope_scaling;
+  p.rope_theta = c.compress_rope_theta.value_or(160000.0);
+  if (p.rope_type.empty()) p.rope_type = "default";
+  if (p.rope_type == "yarn" && !p.attention_factor) p.attention_factor = 1.0;
+  return p;
+}
+
 // EXAONE 4 with "sliding_window": null has no hybrid attention: RoPE on every (full_attention) layer,
 // where its class default (sliding_window 4096) applies RoPE on sliding_attention layers only.
 inline bool exaone4_not_hybrid(const HfConfig& config) {

@@ -163,6 +163,19 @@ inline std::vector<std::string> hf_layer_types(const HfConfig& c, const std::str
     return every("sliding_window_pattern", c.sliding_window_pattern, 4, "sliding_attention");
   }
   if (model_type == "granitemoehybrid") return std::vector<std::string>(static_cast<std::size_t>(n), "mamba");
+  if (model_type == "deepseek_v4") {  // DeepseekV4Config: compress_ratios 0 / 4 / 128, any other value a KeyError
+    if (static_cast<std::int64_t>(c.compress_ratios.size()) < n)
+      throw error(concat("deepseek_v4 without layer_types needs compress_ratios for its ", n, " layers (has ",
+                         c.compress_ratios.size(), ")"));
+    std::vector<std::string> t;
+    for (std::int64_t i = 0; i < n; ++i) {
+      const std::int64_t r = c.compress_ratios[static_cast<std::size_t>(i)];
+      if (r != 0 && r != 4 && r != 128)
+        throw error(concat("compress_ratios[", i, "] (", r, "): deepseek_v4 knows 0, 4 and 128"));
+      t.emplace_back(r == 0 ? "sliding_attention" : r == 4 ? "compressed_sparse_attention" : "heavily_compressed_attention");
+    }
+    return t;
+  }
   if (model_type == "minimax") {  // MiniMaxConfig: layer i attends with softmax where i + 1 is odd
     std::vector<std::string> t;
     for (std::int64_t i = 0; i < n; ++i) t.emplace_back((i + 1) % 2 != 0 ? "full_attention" : "linear_attention");

@@ -277,7 +277,7 @@ TEST(HfConfig, SeqLenDrivesDynamicNtk) {
 
 TEST(HfConfig, PairingByModelFamily) {
   for (const char* m : {"gptj", "codegen", "cohere", "cohere2", "glm", "glm4", "chatglm", "deepseek_v2", "deepseek_v3",
-                        "llama4_text", "llama4", "ernie4_5", "ernie4_5_moe", "helium", "kimi_k2", "longcat_flash"})
+                        "llama4_text", "llama4", "ernie4_5", "ernie4_5_moe", "helium", "kimi_k2", "longcat_flash", "deepseek_v4"})
     EXPECT_EQ(rotary::pairing_for_model_type(m), Pairing::interleaved) << m;
   for (const char* m : {"llama", "mistral", "qwen2", "qwen3", "phi", "phi3", "gpt_neox", "gemma3_text", "stablelm",
                         "falcon", "gpt_oss", "qwen2_vl", "qwen3_vl_text", "glm4_moe", "qwen3_next", "minimax_m2",

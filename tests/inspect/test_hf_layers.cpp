@@ -421,6 +421,86 @@ TEST(HfLayers, LongcatFlashTwoBlocksPerLayer) {
   rotary_test::expect_error([&] { layers_of(huge); }, {"num_layers (1048576)"});
 }
 
+// DeepSeek-V4 (model_type deepseek_v4, DeepseekV4Config / DeepseekV4Attention): adjacent pairs on the last 64
+// values of each 512-value head (64 = int(512 * qk_rope_head_dim / head_dim)); sliding_attention layers
+// (compress ratio 0) use "main": default RoPE at rope_theta; the compressed layers (ratios 4, 128) use
+// "compress": the config's yarn at compress_rope_theta with attention_factor 1; the attention output is
+// rotated back at the query positions. The keys are DeepSeek-V4-Flash's.
+TEST(HfLayers, DeepseekV4MainAndCompressRopes) {
+  const json j = json::parse(R"({"model_type": "deepseek_v4", "head_dim": 512, "qk_rope_head_dim": 64,
+      "rope_theta": 10000, "compress_rope_theta": 160000, "max_position_embeddings": 1048576,
+      "num_hidden_layers": 6, "compress_ratios": [0, 0, 4, 128, 4, 128, 0],
+      "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 16,
+                       "original_max_position_embeddings": 65536, "type": "yarn"}})");
+  const auto layers = layers_of(j);
+  ASSERT_EQ(layers.size(), 6u);
+  const char* types[] = {"sliding_attention", "sliding_attention", "compressed_sparse_attention",
+                         "heavily_compressed_attention", "compressed_sparse_attention", "heavily_compressed_attention"};
+  rotary::RopeParameters yarn;  // what DeepseekV4Config hands the compress rope
+  yarn.rope_type = "yarn";
+  yarn.rope_theta = 160000.0;
+  yarn.factor = 16.0;
+  yarn.original_max_position_embeddings = 65536;
+  yarn.beta_fast = 32.0;
+  yarn.beta_slow = 1.0;
+  yarn.attention_factor = 1.0;
+  rotary::ScalingInput in;
+  in.head_dim = 64;
+  in.rotary_dim = 64;
+  in.max_position_embeddings = 1048576;
+  const rotary::Frequencies compress = rotary::scaled_frequencies(yarn, in);
+  for (const LayerRope& l : layers) {
+    EXPECT_EQ(l.layer_type, types[l.index]) << l.index;
+    expect_same_as_resolve(j, l);
+    EXPECT_EQ(l.rope->spec.pairing, rotary::Pairing::interleaved);
+    EXPECT_EQ(l.rope->spec.head_dim, 64);
+    EXPECT_EQ(l.rope->spec.effective_rotary_dim(), 64);
+    EXPECT_TRUE(l.rope->inverse_on_output);
+    EXPECT_EQ(l.rope->softmax_scale_factor, 1.0);
+    if (l.index < 2) {
+      EXPECT_EQ(l.rope->params.rope_type, "default");
+      EXPECT_EQ(l.rope->params.rope_theta, 1e4);
+      EXPECT_DOUBLE_EQ(l.rope->freqs.theta[1], std::pow(1e4, -2.0 / 64.0));
+    } else {
+      EXPECT_EQ(l.rope->params.rope_type, "yarn");
+      EXPECT_EQ(l.rope->params.rope_theta, 160000.0);
+      EXPECT_EQ(l.rope->freqs.theta, compress.theta);
+      EXPECT_EQ(l.rope->freqs.attention_factor, 1.0);
+    }
+  }
+  const rotary::ResolvedRope r = rotary::resolve(rotary::hf_config_from_json(j));  // the family's layer type
+  EXPECT_EQ(r.layer_type, "compressed_sparse_attention");
+
+  json nested = j;  // rope_parameters with both entries: used as they stand
+  nested.erase("rope_scaling");
+  nested["rope_parameters"] = json::parse(R"({"main": {"rope_type": "default", "rope_theta": 20000},
+      "compress": {"rope_type": "linear", "factor": 2.0, "rope_theta": 40000}})");
+  const auto n = layers_of(nested);
+  EXPECT_EQ(n[0].rope->params.rope_theta, 20000.0);
+  EXPECT_EQ(n[2].rope->params.rope_type, "linear");
+  EXPECT_EQ(n[2].rope->params.rope_theta, 40000.0);
+  json half = nested;
+  half["rope_parameters"].erase("main");
+  for (const LayerRope& l : layers_of(half)) {  // each layer refused, naming the missing entry
+    EXPECT_EQ(l.kind, LayerRopeKind::refused) << l.index;
+    EXPECT_NE(l.reason.find("\"main\" and \"compress\""), std::string::npos) << l.reason;
+  }
+
+  json wider = j;  // partial_rotary_factor wins over qk_rope_head_dim
+  wider["partial_rotary_factor"] = 0.25;
+  EXPECT_EQ(rotary::resolve(rotary::hf_config_from_json(wider)).spec.head_dim, 128);
+  json odd = j;
+  odd["compress_ratios"][3] = 8;
+  rotary_test::expect_error([&] { layers_of(odd); }, {"compress_ratios[3] (8)", "0, 4 and 128"});
+  json none = j;
+  none.erase("compress_ratios");
+  rotary_test::expect_error([&] { layers_of(none); }, {"deepseek_v4", "compress_ratios", "6 layers"});
+  rotary::ResolveOptions full;
+  full.layer_type = "full_attention";
+  rotary_test::expect_error([&] { rotary::resolve(rotary::hf_config_from_json(j), full); },
+                            {"layer_type (\"full_attention\")", "deepseek_v4's layer types"});
+}
+
 // Granite 4.0-H (GraniteMoeHybridModel): a rotary embedding only for position_embedding_type "rope"
 // (its published configs say "nope"); "mamba" layers have no attention at all.
 TEST(HfLayers, Granite4HybridNoPE) {
