@@ -138,10 +138,15 @@ inline std::int64_t hf_head_dim_capped(const char* key, std::int64_t v) {
 
 inline std::int64_t hf_head_dim(const HfConfig& c, const HfFamily* f) {
   if (c.model_type.value_or("") == "deepseek_v4") return deepseek_v4_rope_dim(c);  // its rope slice
+  // HunYuan's remote code: self.head_dim = config.attention_head_dim, which the class sets to
+  // hidden_size // num_attention_heads when absent; it reads neither head_dim nor (without MLA)
+  // qk_rope_head_dim.
+  const bool hunyuan = c.model_type.value_or("") == "hunyuan";
+  if (hunyuan && c.attention_head_dim) return hf_head_dim_capped("attention_head_dim", *c.attention_head_dim);
   const std::optional<std::int64_t> qk = hf_or(c.qk_rope_head_dim, f ? f->qk_rope_head_dim : 0);
-  if (qk) return hf_head_dim_capped("qk_rope_head_dim", *qk);
+  if (qk && !hunyuan) return hf_head_dim_capped("qk_rope_head_dim", *qk);
   // HF: `head_dim or hidden_size // num_attention_heads`.
-  if (c.head_dim && *c.head_dim != 0) return hf_head_dim_capped("head_dim", *c.head_dim);
+  if (c.head_dim && *c.head_dim != 0 && !hunyuan) return hf_head_dim_capped("head_dim", *c.head_dim);
   // class default (an explicit 0 or null falls through)
   if (!c.head_dim && !c.head_dim_null && f && f->head_dim != 0) return f->head_dim;
   const char* hidden_key = c.hidden_size ? "hidden_size" : "n_embd";
@@ -218,6 +223,15 @@ inline void hf_resolve_family(HfResolution& s) {
   if (s.config.alibi && *s.config.alibi)
     throw error(concat("alibi (true): model_type '", s.model_type,
                        "' with ALiBi has no rotary position embedding"));
+  if (s.model_type == "hunyuan") {  // the paths of HunYuan's remote code rotary has not checked
+    const HfConfig& c = s.config;
+    if (c.position_embedding_xdrope.value_or(false) || c.use_mla.value_or(false))
+      throw error(concat("hunyuan with ", c.use_mla.value_or(false) ? "use_mla" : "position_embedding_xdrope",
+                         " true: a path of HunYuan's remote code rotary has not checked"));
+    if (c.rope_scaling && c.rope_scaling->rope_type == "yarn")
+      throw error("hunyuan with rope_scaling yarn: HunYuan's remote yarn rotary embedding is not one rotary has "
+                  "checked");
+  }
   s.head_dim = hf_head_dim(s.config, s.family);
   // LongcatFlashRotaryEmbedding sizes its table by head_dim while the attention rotates the
   // qk_rope_head_dim slice (vLLM and Meituan's code use qk_rope_head_dim): equal in every config, or

@@ -149,6 +149,9 @@ inline constexpr HfFamily kFamilies[] = {
     // HunYuan: Llama's rotate_half; its NTK-alpha rope_scaling is read as rope_type "ntk" (hf_json.hpp).
     {"hunyuan_v1_dense", H, 1e4,    2048,   4096,  32,  0,   0,  0,    0,   0,     0,    F, ""},
     {"hunyuan_v1_moe",   H, 1e4,    2048,   4096,  32,  0,   0,  0,    0,   0,     0,    F, ""},
+    // HunYuan-A13B as released (remote code, HunYuanConfig / hunyuan.py): rotate_half over
+    // attention_head_dim (hf_head_dim()), the same NTK-alpha; qk_rope_head_dim (64) is its MLA path's.
+    {"hunyuan",          H, 1e4,    2048,   4096,  32,  0,   0,  0,    0,   0,     0,    F, ""},
     // EXAONE 4: Llama's rotate_half; hybrid (sliding_window set, class default 4096) models apply RoPE
     // on their sliding_attention layers only; "sliding_window": null, on every layer (nope_layer_type()).
     {"exaone4",          H, 1e4,    2048,   4096,  32,  0,   0,  0,    0,   0,     0,    "sliding_attention", F},

@@ -160,12 +160,14 @@ inline constexpr const char* kHfTopKeys[] = {
     "num_hidden_layers", "no_rope_layers", "no_rope_layer_interval", "sliding_window_pattern",
     "full_attention_interval", "use_sliding_window", "sliding_window", "full_attn_idxs", "theta",
     "position_embedding_type", "mla_use_nope", "linear_attn_config", "attn_temperature_tuning", "attn_scale",
-    "floor_scale", "num_layers", "compress_rope_theta", "compress_ratios"};
+    "floor_scale", "num_layers", "compress_rope_theta", "compress_ratios", "attention_head_dim",
+    "use_rotary_pos_emb", "position_embedding_xdrope", "use_mla"};
 // Real config keys within edit distance of those (DeepSeek's MLA dims, vision hidden_sizes,
 // MPT/OLMo-1's n_heads): not misspellings.
 inline constexpr const char* kHfTopNearMisses[] = {"qk_nope_head_dim", "v_head_dim",  "qk_head_dim",
                                                    "hidden_sizes",     "n_heads",     "mrope_interleaved",
-                                                   "rope_type",        "n_layer",     "n_inner"};
+                                                   "rope_type",        "n_layer",     "n_inner",
+                                                   "use_cla"};
 // Rope-relevant top-level keys a text_config hides (a warning names them when they would matter).
 inline constexpr const char* kHfTextKeys[] = {
     "head_dim", "qk_rope_head_dim", "hidden_size", "num_attention_heads", "rotary_dim", "partial_rotary_factor",
@@ -340,6 +342,10 @@ inline void hf_read_scalars(const hf_json& c, const std::string& top, HfConfig& 
   h.alibi = hf_get_bool(c, "alibi", top);
   h.position_embedding_type = hf_get_string(c, "position_embedding_type", top);
   h.mla_use_nope = hf_get_bool(c, "mla_use_nope", top);
+  h.attention_head_dim = hf_get_int(c, "attention_head_dim", top);
+  h.use_rotary_pos_emb = hf_get_bool(c, "use_rotary_pos_emb", top);
+  h.position_embedding_xdrope = hf_get_bool(c, "position_embedding_xdrope", top);
+  h.use_mla = hf_get_bool(c, "use_mla", top);
   if (const auto t = c.find("attn_temperature_tuning"); t != c.end() && !t->is_null())  // true, or 4 (on)
     h.attn_temperature_tuning = t->is_number() ? hf_as_int(*t, top + "attn_temperature_tuning") != 0
                                                : *hf_get_bool(c, "attn_temperature_tuning", top);
@@ -356,6 +362,7 @@ inline void hf_read_scalars(const hf_json& c, const std::string& top, HfConfig& 
   };
   cap("head_dim", h.head_dim, kHfMaxHeadDim);
   cap("global_head_dim", h.global_head_dim, kHfMaxHeadDim);
+  cap("attention_head_dim", h.attention_head_dim, kHfMaxHeadDim);
   cap("qk_rope_head_dim", h.qk_rope_head_dim, kHfMaxHeadDim);
   cap("rotary_dim", h.rotary_dim, kHfMaxHeadDim);
   cap("hidden_size", h.hidden_size, kHfMaxHiddenSize);

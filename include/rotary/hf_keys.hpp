@@ -99,6 +99,12 @@ struct HfConfig {
   // nothing; linear_attn_config.kda_layers lists its KDA (linear attention) layers, 1-based.
   std::optional<bool> mla_use_nope;
   std::vector<std::int64_t> kda_layers;
+  // HunYuan's remote code (model_type "hunyuan": HunYuanConfig and hunyuan.py of the A13B release):
+  // attention_head_dim is its head width (else hidden_size // num_attention_heads); use_rotary_pos_emb
+  // false builds no rotary embedding; its XD-RoPE (position_embedding_xdrope) and MLA (use_mla)
+  // paths are not checked by rotary and refused.
+  std::optional<std::int64_t> attention_head_dim;
+  std::optional<bool> use_rotary_pos_emb, position_embedding_xdrope, use_mla;
   // Llama 4's temperature tuning of its NoPE layers (QueryScale): on unless false (published configs
   // may say 4: any nonzero number is on); attn_scale (class default 0.1), floor_scale (8192).
   std::optional<bool> attn_temperature_tuning;
@@ -209,6 +215,8 @@ inline std::string default_layer_type(const HfConfig& config) {
 // mla_use_nope true rotates nothing (without it, it is a family rotary has not checked).
 inline std::string model_nope_reason(const HfConfig& config) {
   const std::string model_type = config.model_type.value_or("");
+  if (model_type == "hunyuan" && !config.use_rotary_pos_emb.value_or(true))
+    return "hunyuan with use_rotary_pos_emb false builds no rotary embedding (NoPE on every layer)";
   if (model_type == "kimi_linear" && config.mla_use_nope.value_or(false))
     return "kimi_linear with mla_use_nope true: its MLA layers rotate nothing and its KDA layers have no "
            "positional encoding (NoPE on every layer)";

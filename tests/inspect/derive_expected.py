@@ -170,6 +170,9 @@ CLASS_DEFAULTS = {
                              num_attention_heads=32),
     "hunyuan_v1_moe": dict(rope_theta=10000.0, max_position_embeddings=2048, hidden_size=4096,
                            num_attention_heads=32),
+    "lfm2": dict(rope_theta=1e6, max_position_embeddings=128000, hidden_size=2560, num_attention_heads=32),
+    # HunYuan-A13B's own configuration_hunyuan.py (remote code): attention_head_dim, else hidden // heads.
+    "hunyuan": dict(rope_theta=10000.0, max_position_embeddings=2048, hidden_size=4096, num_attention_heads=32),
 }
 
 # Pairing in each family's modeling code: rotate_half (half_split) unless listed. Interleaved:
@@ -179,7 +182,8 @@ CLASS_DEFAULTS = {
 INTERLEAVED = {"gptj", "codegen", "cohere", "cohere2", "glm", "glm4", "deepseek_v2", "deepseek_v3", "llama4_text",
                "ernie4_5", "ernie4_5_moe", "helium", "kimi_k2"}
 # Layer types whose layers carry no RoPE, and the RoPE layer type used by default.
-NOPE = {"llama4_text": ("full_attention", "chunked_attention"), "qwen3_next": ("linear_attention", "full_attention")}
+NOPE = {"llama4_text": ("full_attention", "chunked_attention"), "qwen3_next": ("linear_attention", "full_attention"),
+        "lfm2": ("conv", "full_attention")}
 COMPOSITE_TEXT = {"gemma3": "gemma3_text", "gemma4": "gemma4_text", "llama4": "llama4_text", "qwen3_vl": "qwen3_vl_text",
                   "llava": "llama"}
 
@@ -214,13 +218,42 @@ def yarn_full(d, b, s, L0, beta_fast, beta_slow, truncate, mscale, mscale_all_di
     return out, af
 
 
+def resolve_v4(c, layer_type):
+    """DeepseekV4Config / modeling_deepseek_v4.py: RoPE on int(head_dim * f) values of each head (f:
+    partial_rotary_factor, else qk_rope_head_dim / head_dim, else 64 / 512), adjacent pairs. Its
+    sliding_attention layers: default RoPE at rope_theta (1e4). The compressed ones: the flat rope_scaling
+    at compress_rope_theta (160000), YaRN's attention factor fixed at 1."""
+    head = c.get("head_dim") or 512
+    f = c.get("partial_rotary_factor") or (c["qk_rope_head_dim"] / head if c.get("qk_rope_head_dim") else 64 / 512)
+    d = int(head * f)
+    if layer_type == "sliding_attention":
+        theta, rope_type, freqs, af = c.get("rope_theta") or 1e4, "default", None, 1.0
+    else:
+        # The compressed layers' dict: compress_rope_parameters as transformers 5 writes it (the flat
+        # rope_parameters with compress_rope_theta), else the flat rope_scaling / rope_parameters.
+        rs = c.get("compress_rope_parameters") or c.get("rope_scaling") or c.get("rope_parameters") or {}
+        theta = rs.get("rope_theta") or c.get("compress_rope_theta") or 160000.0
+        rope_type = rs.get("rope_type", rs.get("type", "default"))
+        assert rope_type == "yarn", rope_type
+        freqs, _ = yarn_full(d, theta, rs["factor"], rs["original_max_position_embeddings"], rs.get("beta_fast") or 32,
+                             rs.get("beta_slow") or 1, rs.get("truncate", True), None, None, None)
+        af = 1.0
+    return {"layer_type": layer_type, "rope_type": rope_type, "head_dim": d, "rotary_dim": d, "pairing": "interleaved",
+            "rope_theta": float(theta), "attention_factor": af, "softmax_scale_factor": 1.0, "mrope_section": [],
+            "mrope_interleaved": False, "inv_freq": freqs or inv(d, theta)}
+
+
 def resolve_py(cfg, layer_type=None, seq_len=None):
     c = text_config(cfg)
     mt = c.get("model_type", "")
+    if mt == "deepseek_v4":
+        return resolve_v4(c, layer_type or "compressed_sparse_attention")
     dflt = CLASS_DEFAULTS[mt]
     get = lambda k: c[k] if c.get(k) is not None else dflt.get(k)
     # head_dim: MLA's rope slice, else `head_dim or hidden_size // num_attention_heads` (aliases n_embd, n_head)
-    if get("qk_rope_head_dim"):
+    if mt == "hunyuan":  # hunyuan.py: self.head_dim = config.attention_head_dim
+        head_dim = c.get("attention_head_dim") or get("hidden_size") // get("num_attention_heads")
+    elif get("qk_rope_head_dim"):
         head_dim = get("qk_rope_head_dim")
     else:
         hidden = get("hidden_size") or get("n_embd")
@@ -232,15 +265,20 @@ def resolve_py(cfg, layer_type=None, seq_len=None):
     rs = c["rope_scaling"] if "rope_scaling" in c else dflt.get("rope_scaling")
     rp = c.get("rope_parameters")
     nested = isinstance(rp, dict) and rp and all(isinstance(v, dict) for v in rp.values())
+    flat = isinstance(rp, dict) and rp and not nested
     if nested:  # transformers 5: one complete dict per layer type
         rs = rp[layer_type]
+    elif flat and "rope_scaling" not in c:  # transformers 5's one dict, rope_theta inside
+        rs = rp
     rs = dict(rs or {})
     rope_type = rs.get("rope_type", rs.get("type", "default"))
     rope_type = {"mrope": "default", "su": "longrope"}.get(rope_type, rope_type)
-    theta = rs.get("rope_theta") if nested else None
+    theta = rs.get("rope_theta") if (nested or flat) else None
     if theta is None and nested and layer_type == "sliding_attention":
         theta = get("rope_theta") or dflt.get("rope_local_base_freq")
     theta = theta or get("rope_theta") or get("rotary_emb_base") or 10000.0
+    if mt == "lfm2" and c.get("theta") is not None:  # Lfm2Config: kwargs.get("theta", rope_theta)
+        theta = c["theta"]
     if mt == "gemma4_text" and layer_type == "full_attention":  # head_dim_key="global_head_dim"
         head_dim = get("global_head_dim")
     local = get("rope_local_base_freq")
@@ -309,7 +347,7 @@ def published_expectations():
         cfg = json.load(open(os.path.join(pub, fn)))
         mt = text_config(cfg).get("model_type")
         runs = [dict(args=[], **resolve_py(cfg))]
-        if mt in ("gemma3_text", "gemma2", "gpt_oss", "olmo3", "gemma4_text"):  # sliding-window layers
+        if mt in ("gemma3_text", "gemma2", "gpt_oss", "olmo3", "gemma4_text", "deepseek_v4"):  # sliding-window layers
             runs.append(dict(args=["--layer-type", "sliding_attention"], **resolve_py(cfg, "sliding_attention")))
         if mt in NOPE:
             runs.append({"args": ["--layer-type", NOPE[mt][0]], "exit_status": 1, "message": "NoPE"})

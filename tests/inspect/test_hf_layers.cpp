@@ -619,3 +619,64 @@ TEST(HfLayers, GlmVisionPairings) {
 }
 
 }  // namespace
+
+namespace {
+
+// HunYuan-A13B as released (model_type "hunyuan", its remote HunYuanConfig and hunyuan.py): rotate_half
+// over attention_head_dim (128; the class: hidden_size // num_attention_heads without it, head_dim never
+// read), NTK-alpha base rope_theta * alpha^(d / (d - 2)) on every one of its 32 layers.
+TEST(HfLayers, HunyuanRemoteCodeReadsAttentionHeadDim) {
+  json j = published("hunyuan-a13b-instruct");
+  const auto layers = layers_of(j);
+  ASSERT_EQ(layers.size(), 32u);
+  for (const LayerRope& l : layers) expect_same_as_resolve(j, l);
+  const rotary::ResolvedRope r = rotary::resolve(rotary::hf_config_from_json(j));
+  EXPECT_EQ(r.spec.head_dim, 128);
+  EXPECT_EQ(r.spec.effective_rotary_dim(), 128);
+  EXPECT_EQ(r.spec.pairing, rotary::Pairing::half_split);
+  EXPECT_EQ(r.params.rope_type, "ntk");
+  EXPECT_TRUE(r.warnings.empty());  // use_cla is its own key, not a misspelt use_mla
+  // θ_j = (1e4 · 1000^(128/126))^(-2j/128), from the formula, in long double.
+  const long double base = 1e4L * std::pow(1000.0L, 128.0L / 126.0L);
+  EXPECT_NEAR(r.freqs.theta[10], static_cast<double>(std::pow(base, -20.0L / 128.0L)),
+              1e-15);
+  json head = j;  // without attention_head_dim: hidden_size // num_attention_heads, head_dim ignored
+  head.erase("attention_head_dim");
+  head["hidden_size"] = 3072;
+  head["head_dim"] = 64;
+  EXPECT_EQ(rotary::resolve(rotary::hf_config_from_json(head)).spec.head_dim, 96);
+  json off = j;
+  off["use_rotary_pos_emb"] = false;
+  for (const LayerRope& l : layers_of(off)) EXPECT_EQ(l.kind, LayerRopeKind::nope) << l.index;
+  using rotary_test::expect_error;
+  json xd = j;
+  xd["position_embedding_xdrope"] = true;
+  expect_error([&] { rotary::resolve(rotary::hf_config_from_json(xd)); },
+               {"hunyuan with position_embedding_xdrope true", "not checked"});
+  json mla = j;
+  mla["use_mla"] = true;
+  expect_error([&] { rotary::resolve(rotary::hf_config_from_json(mla)); }, {"hunyuan with use_mla true"});
+  json yarn = j;
+  yarn["rope_scaling"] = json::parse(R"({"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8192})");
+  expect_error([&] { rotary::resolve(rotary::hf_config_from_json(yarn)); }, {"hunyuan with rope_scaling yarn"});
+}
+
+// DeepSeek-V4-Flash as published (NVIDIA's NVFP4 upload): compress_ratios lists 44 entries for 43
+// layers (the last is the MTP block's); 0 is a sliding_attention layer (default RoPE at rope_theta),
+// 4 and 128 the compressed ones (YaRN at compress_rope_theta).
+TEST(HfLayers, DeepseekV4PublishedCompressRatios) {
+  const json j = published("deepseek-v4-flash-nvfp4");
+  const auto layers = layers_of(j);
+  ASSERT_EQ(layers.size(), 43u);
+  const std::vector<std::int64_t> ratios = j["compress_ratios"].get<std::vector<std::int64_t>>();
+  for (const LayerRope& l : layers) {
+    const std::int64_t r = ratios[static_cast<std::size_t>(l.index)];
+    EXPECT_EQ(l.layer_type, r == 0 ? "sliding_attention" : r == 4 ? "compressed_sparse_attention"
+                                                                  : "heavily_compressed_attention") << l.index;
+    expect_same_as_resolve(j, l);
+    EXPECT_EQ(l.rope->params.rope_theta, r == 0 ? 1e4 : 160000.0) << l.index;
+    EXPECT_EQ(l.rope->params.rope_type, r == 0 ? "default" : "yarn") << l.index;
+  }
+}
+
+}  // namespace
