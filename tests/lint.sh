@@ -15,8 +15,9 @@
 #   default  clang-tidy over the examples, the benchmark and the tests of the headers those leave
 #            out (every public header is included by each TU via rotary.hpp; these TUs also call
 #            into each of them, which the analyzer needs to reach header code); cppcheck over every
-#            example, benchmark and test. 12.5 CPU-minutes: about 7 minutes on 2 idle cores.
-#   --all    clang-tidy over every test too: 26 CPU-minutes, about 14 minutes on 2 idle cores.
+#            example, benchmark and test. ~14 CPU-minutes: about 7 minutes on 2 idle cores.
+#   --all    clang-tidy over every test too (measured before the analyzer budget below: 26
+#            CPU-minutes; less now).
 # Installs missing Debian packages first (cmake/deps.sh tests lint).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -57,12 +58,11 @@ else
               tests/api/test_fusion.cpp tests/api/test_fusion_errors.cpp tests/interop/*.cpp)
 fi
 
-# Slowest first, so that the two jobs end together (clang-tidy seconds in CI on a 2-vCPU Xeon, in
-# brackets): benchmarks/kernels.cpp (141), test_xpos (121), test_multi_axis_calls (99),
-# benchmarks/fusion.cpp (87), test_fusion (84), test_tables (76), test_fusion_errors (61), test_layouts
-# (58), benchmarks/layouts.cpp (53), test_linear_attention (51); the rest take under 50 s. Nearly all of
-# it is the path-sensitive analyzer, bounded per function: a test body that exhausts its node budget
-# (225,000) costs ~2.8 s, and such functions are 99 of test_xpos's 100 analyzer seconds.
+# Slowest first, so that the two jobs end together (clang-tidy seconds on a 2-vCPU Xeon, in brackets):
+# benchmarks/kernels.cpp (62), test_xpos (60), test_multi_axis_calls (42), test_fusion (42),
+# benchmarks/fusion.cpp (41), test_fusion_errors (39), test_linear_attention (38), test_tables (37),
+# test_layouts (36), benchmarks/layouts.cpp (28); the rest take under 45 s. Nearly all of it is the
+# path-sensitive analyzer, bounded per function (the node budget below).
 slow=(benchmarks/kernels.cpp tests/variants/test_xpos.cpp tests/variants/test_multi_axis_calls.cpp
       benchmarks/fusion.cpp tests/api/test_fusion.cpp tests/interop/test_tables.cpp
       tests/api/test_fusion_errors.cpp tests/api/test_layouts.cpp benchmarks/layouts.cpp

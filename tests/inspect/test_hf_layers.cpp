@@ -12,13 +12,17 @@
 #include <climits>
 #include <cstdint>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+#include <rotary/apply.hpp>
 #include <rotary/hf_json.hpp>
 #include <rotary/hf_layers.hpp>
+#include <rotary/reference.hpp>
+#include <rotary/rope.hpp>
 
 #include "support.hpp"
 
@@ -659,6 +663,51 @@ TEST(HfLayers, HunyuanRemoteCodeReadsAttentionHeadDim) {
   json yarn = j;
   yarn["rope_scaling"] = json::parse(R"({"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8192})");
   expect_error([&] { rotary::resolve(rotary::hf_config_from_json(yarn)); }, {"hunyuan with rope_scaling yarn"});
+}
+
+// DeepSeek-V4 (K = V): each head's last 64 values of the attention output are a weighted sum of keys
+// rotated at their own positions; DeepseekV4Attention rotates that slice back at the query's position
+// (ResolvedRope::inverse_on_output). With rotary it is one in-place call on the slice alone (the 448
+// other values of each head are neither read nor written): apply_strided with Direction::inverse. The
+// result is relative, sum_n p_hn R(n - m) k_n, checked against the explicit rotation matrices.
+TEST(HfLayers, DeepseekV4OutputInverseIsRelative) {
+  const rotary::ResolvedRope r = rotary::resolve(rotary::hf_config_from_json(published("deepseek-v4-flash-nvfp4")));
+  ASSERT_TRUE(r.inverse_on_output);
+  constexpr std::int64_t kHead = 512, kHeads = 3, kKeys = 4, kQuery = 70000;
+  const std::int64_t d = r.spec.head_dim;
+  ASSERT_EQ(d, 64);
+  const rotary::Rope<double> rope(r.spec, rotary::OnTheFly{});
+  const std::int64_t key_pos[kKeys] = {3, 1000, 65536, 69999};
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  Eigen::MatrixXd k(kKeys, d);
+  for (std::int64_t i = 0; i < k.size(); ++i) k.data()[i] = u(rng);
+  Eigen::MatrixXd p(kHeads, kKeys);
+  for (std::int64_t i = 0; i < p.size(); ++i) p.data()[i] = u(rng);
+  std::vector<double> o(static_cast<std::size_t>(kHeads * kHead));
+  for (double& v : o) v = u(rng);
+  Eigen::MatrixXd want(kHeads, d);
+  for (std::int64_t h = 0; h < kHeads; ++h) {
+    Eigen::VectorXd slice = Eigen::VectorXd::Zero(d);
+    Eigen::VectorXd rel = Eigen::VectorXd::Zero(d);
+    for (std::int64_t n = 0; n < kKeys; ++n) {
+      const Eigen::VectorXd kn = k.row(n).transpose();
+      slice += p(h, n) * rotary::reference::rotation_matrix(r.freqs.theta, d, r.spec.pairing, key_pos[n]) * kn;
+      rel += p(h, n) * rotary::reference::rotation_matrix(r.freqs.theta, d, r.spec.pairing, key_pos[n] - kQuery) * kn;
+    }
+    for (std::int64_t i = 0; i < d; ++i) o[static_cast<std::size_t>(h * kHead + kHead - d + i)] = slice(i);
+    want.row(h) = rel.transpose();
+  }
+  const std::vector<double> before = o;
+  const std::int64_t query[1] = {kQuery};
+  rotary::apply_strided(rope, o.data() + (kHead - d), rotary::StridedLayout{1, kHeads, kHeads * kHead, kHead},
+                        rotary::Positions(query, 1), rotary::Direction::inverse);
+  for (std::int64_t h = 0; h < kHeads; ++h) {
+    for (std::int64_t i = 0; i < kHead - d; ++i)  // the rest of the head: untouched, bit for bit
+      EXPECT_EQ(o[static_cast<std::size_t>(h * kHead + i)], before[static_cast<std::size_t>(h * kHead + i)]);
+    for (std::int64_t i = 0; i < d; ++i)  // |values| < 4: 1e-12 is a few thousand ulps of headroom
+      EXPECT_NEAR(o[static_cast<std::size_t>(h * kHead + kHead - d + i)], want(h, i), 1e-12) << h << " " << i;
+  }
 }
 
 // DeepSeek-V4-Flash as published (NVIDIA's NVFP4 upload): compress_ratios lists 44 entries for 43
