@@ -63,6 +63,7 @@
 #ifndef ROTARY_HF_CONFIG_HPP
 #define ROTARY_HF_CONFIG_HPP
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <map>
@@ -116,65 +117,6 @@ struct ResolvedRope {
 };
 
 namespace detail {
-
-inline std::int64_t hf_positive(const char* key, std::int64_t v) {
-  if (v <= 0) throw error(concat(key, " (", v, ") must be positive"));
-  return v;
-}
-
-// The file's value, else the class default (0 = none).
-inline std::optional<std::int64_t> hf_or(const std::optional<std::int64_t>& v, std::int64_t fallback) {
-  if (v) return v;
-  if (fallback != 0) return fallback;
-  return std::nullopt;
-}
-
-inline std::int64_t hf_head_dim_capped(const char* key, std::int64_t v) {
-  hf_positive(key, v);
-  if (v > kHfMaxHeadDim)
-    throw error(concat(key, " (", v, ") is larger than any model's (at most ", kHfMaxHeadDim, " accepted)"));
-  return v;
-}
-
-inline std::int64_t hf_head_dim(const HfConfig& c, const HfFamily* f) {
-  if (c.model_type.value_or("") == "deepseek_v4") return deepseek_v4_rope_dim(c);  // its rope slice
-  // HunYuan's remote code: self.head_dim = config.attention_head_dim, which the class sets to
-  // hidden_size // num_attention_heads when absent; it reads neither head_dim nor (without MLA)
-  // qk_rope_head_dim.
-  const bool hunyuan = c.model_type.value_or("") == "hunyuan";
-  if (hunyuan && c.attention_head_dim) return hf_head_dim_capped("attention_head_dim", *c.attention_head_dim);
-  const std::optional<std::int64_t> qk = hf_or(c.qk_rope_head_dim, f ? f->qk_rope_head_dim : 0);
-  if (qk && !hunyuan) return hf_head_dim_capped("qk_rope_head_dim", *qk);
-  // HF: `head_dim or hidden_size // num_attention_heads`.
-  if (c.head_dim && *c.head_dim != 0 && !hunyuan) return hf_head_dim_capped("head_dim", *c.head_dim);
-  // class default (an explicit 0 or null falls through)
-  if (!c.head_dim && !c.head_dim_null && f && f->head_dim != 0) return f->head_dim;
-  const char* hidden_key = c.hidden_size ? "hidden_size" : "n_embd";
-  const char* heads_key = c.num_attention_heads ? "num_attention_heads" : "n_head";
-  std::optional<std::int64_t> hidden = c.hidden_size ? c.hidden_size : c.n_embd;
-  std::optional<std::int64_t> heads = c.num_attention_heads ? c.num_attention_heads : c.n_head;
-  if (!hidden && f && f->hidden_size) {
-    hidden = f->hidden_size;
-    hidden_key = "hidden_size (class default)";
-  }
-  if (!heads && f && f->num_attention_heads) {
-    heads = f->num_attention_heads;
-    heads_key = "num_attention_heads (class default)";
-  }
-  if (hidden && heads) {
-    const std::int64_t h = hf_positive(hidden_key, *hidden);
-    const std::int64_t n = hf_positive(heads_key, *heads);
-    const std::int64_t d = hf_positive("hidden_size / num_attention_heads", h / n);
-    if (d > kHfMaxHeadDim)
-      throw error(concat("head_dim = ", hidden_key, " (", h, ") / ", heads_key, " (", n, ") = ", d,
-                         " is larger than any model's (at most ", kHfMaxHeadDim, " accepted)"));
-    return d;
-  }
-  throw error(concat(
-      "head_dim: the config has none of head_dim, qk_rope_head_dim, hidden_size (n_embd) + "
-      "num_attention_heads (n_head), and model_type '",
-      c.model_type.value_or(""), "' has no class defaults for them"));
-}
 
 inline bool hf_needs_original_max(const std::string& t) {
   return t == "llama3" || t == "yarn" || t == "longrope";
@@ -309,8 +251,10 @@ inline void hf_shared_theta(HfResolution& s) {
     s.p.rope_theta = *config.rope_theta;
   else if (config.rotary_emb_base)
     s.p.rope_theta = *config.rotary_emb_base;
-  else if (!dict_theta)
+  else if (!dict_theta) {
+    hf_no_null_default(config, "rope_theta");
     s.p.rope_theta = class_theta;
+  }
 }
 
 // The top-level keys, one set for every layer type the config knows: Gemma-3's local layers take
@@ -325,7 +269,10 @@ inline void hf_shared_parameters(HfResolution& s) {
     throw error(concat("layer_type (\"", layer_type, "\") is neither full_attention, sliding_attention nor in ",
                        "layer_types"));
   std::optional<double> local = config.rope_local_base_freq;
-  if (!local && s.family && s.family->rope_local_base_freq > 0.0) local = s.family->rope_local_base_freq;
+  if (!local && s.family && s.family->rope_local_base_freq > 0.0) {
+    hf_no_null_default(config, "rope_local_base_freq");
+    local = s.family->rope_local_base_freq;
+  }
   if (layer_type == "sliding_attention" && local) {
     s.p.rope_theta = *local;  // Gemma-3: local layers use default RoPE
     return;
@@ -393,9 +340,14 @@ inline void hf_resolve_max_positions(HfResolution& s) {
     max_pos = config.n_positions;
     max_key = "n_positions";
   }
-  if (!max_pos && s.family && s.family->max_position_embeddings) max_pos = s.family->max_position_embeddings;
+  // A null max_position_embeddings stays unset: refused below where the rope type needs it.
+  const bool max_null = std::find(config.null_keys.begin(), config.null_keys.end(), max_key) != config.null_keys.end();
+  if (!max_pos && !max_null && s.family && s.family->max_position_embeddings)
+    max_pos = s.family->max_position_embeddings;
   if (max_pos) hf_positive(max_key, *max_pos);
   if (hf_needs_original_max(p.rope_type)) {
+    if (!config.original_max_position_embeddings && s.family && s.family->original_max_position_embeddings)
+      hf_no_null_default(config, "original_max_position_embeddings");
     const std::optional<std::int64_t> top_l0 =
         hf_or(config.original_max_position_embeddings, s.family ? s.family->original_max_position_embeddings : 0);
     // The top-level attribute (the file's, else Phi-3's class default 4096) wins, as HF 4.x's
@@ -407,8 +359,8 @@ inline void hf_resolve_max_positions(HfResolution& s) {
   }
   if (!max_pos && (p.rope_type == "dynamic" || p.rope_type == "longrope" ||
                    (p.rope_type == "yarn" && !(p.factor && p.original_max_position_embeddings))))
-    throw error(concat("max_position_embeddings: rope_type '", p.rope_type,
-                       "' needs it and the config has neither it nor n_positions"));
+    throw error(concat("max_position_embeddings: rope_type '", p.rope_type, "' needs it and the config has ",
+                       max_null ? "it as null (transformers' class gets None)" : "neither it nor n_positions"));
 }
 
 // 3. rotary_dim. MiniMax first: transformers' MiniMaxRotaryEmbedding builds its default frequencies
@@ -457,9 +409,11 @@ inline void hf_resolve_rotary_dim(HfResolution& s) {
     factor = config.rotary_pct;
     factor_key = "rotary_pct";
   }
+  if (!factor && !config.rotary_dim && s.family && s.family->rotary_dim != 0) hf_no_null_default(config, "rotary_dim");
   const std::optional<std::int64_t> explicit_rotary_dim =
       factor ? config.rotary_dim : hf_or(config.rotary_dim, s.family ? s.family->rotary_dim : 0);
   if (!factor && !explicit_rotary_dim && s.family && s.family->partial_rotary_factor > 0.0) {
+    hf_no_null_default(config, "partial_rotary_factor");
     factor = s.family->partial_rotary_factor;
     factor_key = "partial_rotary_factor (class default)";
   }

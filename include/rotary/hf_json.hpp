@@ -319,6 +319,10 @@ inline const hf_json& hf_text_scope(const hf_json& root, std::string& top, HfCon
 inline void hf_read_scalars(const hf_json& c, const std::string& top, HfConfig& h) {
   h.head_dim = hf_get_int(c, "head_dim", top);
   if (const auto hd = c.find("head_dim"); hd != c.end() && hd->is_null()) h.head_dim_null = true;
+  for (const char* k : {"rope_theta", "rope_local_base_freq", "partial_rotary_factor", "rotary_dim",
+                        "qk_rope_head_dim", "hidden_size", "num_attention_heads", "max_position_embeddings",
+                        "original_max_position_embeddings"})
+    if (const auto it = c.find(k); it != c.end() && it->is_null()) h.null_keys.emplace_back(k);
   h.global_head_dim = hf_get_int(c, "global_head_dim", top);
   h.qk_rope_head_dim = hf_get_int(c, "qk_rope_head_dim", top);
   h.hidden_size = hf_get_int(c, "hidden_size", top);

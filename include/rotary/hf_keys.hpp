@@ -36,6 +36,10 @@ struct HfConfig {
   // "head_dim": null in the file (set by hf_json.hpp): the class gets None, not its default, and reads
   // hidden_size / num_attention_heads (ERNIE 4.5, Llama, ...; published ERNIE-4.5 MoE configs say null)
   bool head_dim_null = false;
+  // The other rope-relevant keys the file sets to null. The class gets None for them, not the default
+  // rotary would otherwise take, and its rotary code does not compute with None (TypeError), so
+  // resolve() refuses a null exactly where it would have used a class default (hf_config.hpp).
+  std::vector<std::string> null_keys;
   // Gemma 4: the head_dim of its full_attention layers (512 against head_dim 256 on its sliding ones);
   // HF's proportional RoPE of those layers spans it (head_dim_key="global_head_dim")
   std::optional<std::int64_t> global_head_dim;
@@ -200,6 +204,79 @@ inline RopeParameters deepseek_v4_parameters(const HfConfig& c, const std::strin
 // where its class default (sliding_window 4096) applies RoPE on sliding_attention layers only.
 inline bool exaone4_not_hybrid(const HfConfig& config) {
   return config.model_type.value_or("") == "exaone4" && config.sliding_window_null;
+}
+
+// Head geometry: the checks and defaults resolve() reads head_dim with (hf_config.hpp).
+inline std::int64_t hf_positive(const char* key, std::int64_t v) {
+  if (v <= 0) throw error(concat(key, " (", v, ") must be positive"));
+  return v;
+}
+
+// Before taking `key`'s class default: a null in the file is not that default (the class gets None,
+// which its rotary code cannot compute with), so it is refused, naming the key.
+inline void hf_no_null_default(const HfConfig& c, const char* key) {
+  for (const std::string& k : c.null_keys)
+    if (k == key)
+      throw error(concat(key, " is null in config.json: transformers' ", c.model_type.value_or("(no model_type)"),
+                         " class gets None, not its default, and its rotary code cannot compute with None; give ",
+                         "the value, or leave the key out for the default"));
+}
+
+// The file's value, else the class default (0 = none).
+inline std::optional<std::int64_t> hf_or(const std::optional<std::int64_t>& v, std::int64_t fallback) {
+  if (v) return v;
+  if (fallback != 0) return fallback;
+  return std::nullopt;
+}
+
+inline std::int64_t hf_head_dim_capped(const char* key, std::int64_t v) {
+  hf_positive(key, v);
+  if (v > kHfMaxHeadDim)
+    throw error(concat(key, " (", v, ") is larger than any model's (at most ", kHfMaxHeadDim, " accepted)"));
+  return v;
+}
+
+inline std::int64_t hf_head_dim(const HfConfig& c, const HfFamily* f) {
+  if (c.model_type.value_or("") == "deepseek_v4") return deepseek_v4_rope_dim(c);  // its rope slice
+  // HunYuan's remote code: self.head_dim = config.attention_head_dim, which the class sets to
+  // hidden_size // num_attention_heads when absent; it reads neither head_dim nor (without MLA)
+  // qk_rope_head_dim.
+  const bool hunyuan = c.model_type.value_or("") == "hunyuan";
+  if (hunyuan && c.attention_head_dim) return hf_head_dim_capped("attention_head_dim", *c.attention_head_dim);
+  if (!hunyuan && !c.qk_rope_head_dim && f && f->qk_rope_head_dim != 0) hf_no_null_default(c, "qk_rope_head_dim");
+  const std::optional<std::int64_t> qk = hf_or(c.qk_rope_head_dim, f ? f->qk_rope_head_dim : 0);
+  if (qk && !hunyuan) return hf_head_dim_capped("qk_rope_head_dim", *qk);
+  // HF: `head_dim or hidden_size // num_attention_heads`.
+  if (c.head_dim && *c.head_dim != 0 && !hunyuan) return hf_head_dim_capped("head_dim", *c.head_dim);
+  // class default (an explicit 0 or null falls through)
+  if (!c.head_dim && !c.head_dim_null && f && f->head_dim != 0) return f->head_dim;
+  const char* hidden_key = c.hidden_size ? "hidden_size" : "n_embd";
+  const char* heads_key = c.num_attention_heads ? "num_attention_heads" : "n_head";
+  std::optional<std::int64_t> hidden = c.hidden_size ? c.hidden_size : c.n_embd;
+  std::optional<std::int64_t> heads = c.num_attention_heads ? c.num_attention_heads : c.n_head;
+  if (!hidden && f && f->hidden_size) {
+    hf_no_null_default(c, "hidden_size");
+    hidden = f->hidden_size;
+    hidden_key = "hidden_size (class default)";
+  }
+  if (!heads && f && f->num_attention_heads) {
+    hf_no_null_default(c, "num_attention_heads");
+    heads = f->num_attention_heads;
+    heads_key = "num_attention_heads (class default)";
+  }
+  if (hidden && heads) {
+    const std::int64_t h = hf_positive(hidden_key, *hidden);
+    const std::int64_t n = hf_positive(heads_key, *heads);
+    const std::int64_t d = hf_positive("hidden_size / num_attention_heads", h / n);
+    if (d > kHfMaxHeadDim)
+      throw error(concat("head_dim = ", hidden_key, " (", h, ") / ", heads_key, " (", n, ") = ", d,
+                         " is larger than any model's (at most ", kHfMaxHeadDim, " accepted)"));
+    return d;
+  }
+  throw error(concat(
+      "head_dim: the config has none of head_dim, qk_rope_head_dim, hidden_size (n_embd) + "
+      "num_attention_heads (n_head), and model_type '",
+      c.model_type.value_or(""), "' has no class defaults for them"));
 }
 }  // namespace detail
 

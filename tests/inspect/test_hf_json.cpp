@@ -188,6 +188,45 @@ TEST(HfJson, HunyuanAlphaIsAFixedNtkBase) {
                {"rope_scaling.alpha (1000)", "HunYuan", "\"linear\""});
 }
 
+// A key set to null reaches transformers' class as None, not as the class default (head_dim's None has
+// its own meaning, above). Where rotary would have taken that default, it refuses, naming the key; where
+// the value is not needed, or the family has no default for it, the null is harmless.
+TEST(HfJson, NullWhereTheClassHasADefaultIsRefused) {
+  const auto refused = [](const char* json, const char* key) {
+    const HfConfig c = parse_hf_config(json);
+    expect_error([&] { resolve(c); }, {key, "is null in config.json", "gets None"});
+  };
+  refused(R"({"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32, "rope_theta": null})",
+          "rope_theta");
+  refused(R"({"model_type": "llama", "hidden_size": null, "num_attention_heads": 32})", "hidden_size");
+  refused(R"({"model_type": "llama", "hidden_size": 4096, "num_attention_heads": null})", "num_attention_heads");
+  refused(R"({"model_type": "phi", "hidden_size": 2560, "num_attention_heads": 32, "partial_rotary_factor": null})",
+          "partial_rotary_factor");
+  refused(R"({"model_type": "gptj", "n_embd": 4096, "n_head": 16, "rotary_dim": null})", "rotary_dim");
+  refused(R"({"model_type": "deepseek_v3", "hidden_size": 7168, "num_attention_heads": 128,
+      "qk_rope_head_dim": null})", "qk_rope_head_dim");
+  refused(R"({"model_type": "gemma3_text", "head_dim": 256, "rope_local_base_freq": null})", "rope_local_base_freq");
+  refused(R"({"model_type": "phi3", "hidden_size": 64, "num_attention_heads": 2, "max_position_embeddings": 8192,
+      "original_max_position_embeddings": null, "rope_scaling": {"type": "longrope",
+      "short_factor": [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1],
+      "long_factor": [2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2]}})", "original_max_position_embeddings");
+  // max_position_embeddings: null is refused where the rope type reads it, and harmless where not
+  HfConfig c = parse_hf_config(R"({"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32,
+      "max_position_embeddings": null, "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}})");
+  expect_error([&] { resolve(c); }, {"max_position_embeddings", "as null"});
+  c = parse_hf_config(R"({"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32,
+      "max_position_embeddings": null})");
+  EXPECT_EQ(resolve(c).spec.base, 1e4);
+  // No class default to stand in for: a null partial_rotary_factor rotates the whole head, as transformers 5
+  c = parse_hf_config(R"({"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32,
+      "partial_rotary_factor": null})");
+  EXPECT_EQ(resolve(c).spec.effective_rotary_dim(), 128);
+  // A value given another way: rope_theta null beside rotary_emb_base is not needed
+  c = parse_hf_config(R"({"model_type": "gpt_neox", "hidden_size": 6144, "num_attention_heads": 64,
+      "rope_theta": null, "rotary_emb_base": 10000})");
+  EXPECT_EQ(resolve(c).spec.base, 1e4);
+}
+
 TEST(HfJson, ErrorsNameTheKey) {
   expect_error([] { parse_hf_config("{\"model_type\": "); }, {"not valid JSON"});
   expect_error([] { parse_hf_config("[1, 2]"); }, {"(top level)", "an object"});
