@@ -171,6 +171,22 @@ CLASS_DEFAULTS = {
     "hunyuan_v1_moe": dict(rope_theta=10000.0, max_position_embeddings=2048, hidden_size=4096,
                            num_attention_heads=32),
     "lfm2": dict(rope_theta=1e6, max_position_embeddings=128000, hidden_size=2560, num_attention_heads=32),
+    # The families of 2025-26 in configs/families (written configs, not published files): each class's defaults.
+    "minimax": dict(rope_theta=1e6, max_position_embeddings=131072, hidden_size=4096, num_attention_heads=32),
+    "exaone4": dict(rope_theta=10000.0, max_position_embeddings=2048, hidden_size=4096, num_attention_heads=32),
+    "apertus": dict(rope_theta=12e6, max_position_embeddings=65536, hidden_size=4096, num_attention_heads=32,
+                    rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                  "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}),
+    "ministral3": dict(rope_theta=1e6, max_position_embeddings=262144, hidden_size=4096, num_attention_heads=32,
+                       head_dim=128, rope_scaling={"rope_type": "yarn", "factor": 16.0, "beta_fast": 32.0,
+                                                   "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0,
+                                                   "original_max_position_embeddings": 16384}),
+    "glm4v_text": dict(rope_theta=10000.0, max_position_embeddings=32768, hidden_size=4096, num_attention_heads=32,
+                       partial_rotary_factor=0.5),
+    "longcat_flash": dict(rope_theta=1e7, max_position_embeddings=131072, hidden_size=6144, num_attention_heads=64,
+                          qk_rope_head_dim=64),
+    "qwen3_5_text": dict(rope_theta=10000.0, max_position_embeddings=32768, hidden_size=4096, num_attention_heads=16,
+                         head_dim=256, partial_rotary_factor=0.25),
     # HunYuan-A13B's own configuration_hunyuan.py (remote code): attention_head_dim, else hidden // heads.
     "hunyuan": dict(rope_theta=10000.0, max_position_embeddings=2048, hidden_size=4096, num_attention_heads=32),
 }
@@ -180,12 +196,18 @@ CLASS_DEFAULTS = {
 # view_as_complex and V3's rope_interleave; Llama 4's complex freqs_cis over reshape(..., -1, 2).
 # ERNIE 4.5 and Helium: GLM's rotate_half on x[..., 0::2], x[..., 1::2] (GLM-4.5, glm4_moe, is rotate_half).
 INTERLEAVED = {"gptj", "codegen", "cohere", "cohere2", "glm", "glm4", "deepseek_v2", "deepseek_v3", "llama4_text",
-               "ernie4_5", "ernie4_5_moe", "helium", "kimi_k2"}
+               "ernie4_5", "ernie4_5_moe", "helium", "kimi_k2",
+               "glm4v_text", "glm_ocr_text", "longcat_flash"}  # GLM-4.1V / OCR: rotate_half_llm on 0::2, 1::2
 # Layer types whose layers carry no RoPE, and the RoPE layer type used by default.
 NOPE = {"llama4_text": ("full_attention", "chunked_attention"), "qwen3_next": ("linear_attention", "full_attention"),
-        "lfm2": ("conv", "full_attention")}
+        "lfm2": ("conv", "full_attention"), "minimax": ("linear_attention", "full_attention"),
+        "qwen3_5_text": ("linear_attention", "full_attention"),
+        "exaone4": ("full_attention", "sliding_attention")}  # exaone4: hybrid (sliding_window set) models
+# No layer rotates: (why, a fragment of rotary's message).
+ALL_NOPE = {"granitemoehybrid": lambda c: c.get("position_embedding_type") != "rope",
+            "kimi_linear": lambda c: bool(c.get("mla_use_nope"))}
 COMPOSITE_TEXT = {"gemma3": "gemma3_text", "gemma4": "gemma4_text", "llama4": "llama4_text", "qwen3_vl": "qwen3_vl_text",
-                  "llava": "llama"}
+                  "llava": "llama", "glm4v": "glm4v_text", "qwen3_5": "qwen3_5_text", "mistral3": "ministral3"}
 
 
 def text_config(cfg):
@@ -290,6 +312,8 @@ def resolve_py(cfg, layer_type=None, seq_len=None):
         rope_type = "ntk"
     prf = get("partial_rotary_factor") or rs.get("partial_rotary_factor") or get("rotary_pct") or 1.0
     rotary_dim = head_dim if rope_type == "proportional" else (get("rotary_dim") or int(head_dim * prf))
+    if mt == "minimax":  # MiniMaxRotaryEmbedding: the whole head, neither rotary_dim nor partial_rotary_factor
+        rotary_dim = head_dim
     L = get("max_position_embeddings") or get("n_positions")
     d = rotary_dim
     af = 1.0
@@ -329,7 +353,7 @@ def resolve_py(cfg, layer_type=None, seq_len=None):
         raise ValueError(rope_type)
     pairing = "interleaved" if (mt in INTERLEAVED and c.get("rope_interleave", True)) else "half_split"
     softmax = 1.0
-    if mt in ("deepseek_v2", "deepseek_v3", "kimi_k2") and rope_type != "default" and rs.get("mscale_all_dim"):
+    if mt in ("deepseek_v2", "deepseek_v3", "kimi_k2", "longcat_flash") and rope_type != "default" and rs.get("mscale_all_dim"):
         m = 0.1 * rs["mscale_all_dim"] * math.log(rs["factor"]) + 1.0
         softmax = m * m
     return {"layer_type": layer_type, "rope_type": rope_type, "head_dim": head_dim, "rotary_dim": rotary_dim,
@@ -338,22 +362,30 @@ def resolve_py(cfg, layer_type=None, seq_len=None):
             "inv_freq": f}
 
 
+def expectations_of(cfg):
+    """The runs check_inspect makes for one config: its default layer type, the other layer types it has,
+    and a long sequence for LongRoPE."""
+    mt = text_config(cfg).get("model_type")
+    if mt in ALL_NOPE and ALL_NOPE[mt](text_config(cfg)):
+        return [{"args": [], "exit_status": 1, "message": "NoPE on every layer"}]
+    runs = [dict(args=[], **resolve_py(cfg))]
+    if mt in ("gemma3_text", "gemma2", "gpt_oss", "olmo3", "gemma4_text", "deepseek_v4"):  # sliding-window layers
+        runs.append(dict(args=["--layer-type", "sliding_attention"], **resolve_py(cfg, "sliding_attention")))
+    if mt in NOPE:
+        runs.append({"args": ["--layer-type", NOPE[mt][0]], "exit_status": 1, "message": "NoPE"})
+    if any(r.get("rope_type") == "longrope" for r in runs):
+        runs.append(dict(args=["--seq-len", "131072"], **resolve_py(cfg, seq_len=131072)))
+    return runs
+
+
 def published_expectations():
-    pub = os.path.join(HERE, "configs", "published")
+    """configs/published (verbatim files) and configs/families (configs written for the families no
+    published file here covers), by file name."""
     out = {}
-    for fn in sorted(os.listdir(pub)):
-        if not fn.endswith(".json"):
-            continue
-        cfg = json.load(open(os.path.join(pub, fn)))
-        mt = text_config(cfg).get("model_type")
-        runs = [dict(args=[], **resolve_py(cfg))]
-        if mt in ("gemma3_text", "gemma2", "gpt_oss", "olmo3", "gemma4_text", "deepseek_v4"):  # sliding-window layers
-            runs.append(dict(args=["--layer-type", "sliding_attention"], **resolve_py(cfg, "sliding_attention")))
-        if mt in NOPE:
-            runs.append({"args": ["--layer-type", NOPE[mt][0]], "exit_status": 1, "message": "NoPE"})
-        if any(r.get("rope_type") == "longrope" for r in runs):
-            runs.append(dict(args=["--seq-len", "131072"], **resolve_py(cfg, seq_len=131072)))
-        out[fn[:-5]] = runs
+    for folder in ("published", "families"):
+        pub = os.path.join(HERE, "configs", folder)
+        for fn in sorted(f for f in os.listdir(pub) if f.endswith(".json")):
+            out[fn[:-5]] = expectations_of(json.load(open(os.path.join(pub, fn))))
     return out
 
 
