@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian packages rotary's builds need, if any is missing.
-# Usage: cmake/deps.sh [tests|bench|cross|lint|fuzz]...   (no argument: tests)
+# Usage: cmake/deps.sh [tests|bench|cross|lint|fuzz|torch]...   (no argument: tests)
 set -euo pipefail
 
 pkgs=(cmake g++ libeigen3-dev)
@@ -13,7 +13,9 @@ for what in "${@:-tests}"; do
     # tests/fuzz (clang's libFuzzer + ASan/UBSan runtimes live in libclang-rt-14-dev, which clang only
     # recommends) and the tsan preset (g++'s ThreadSanitizer runtime: libtsan2).
     fuzz) pkgs+=(clang libclang-rt-14-dev libtsan2 nlohmann-json3-dev) ;;
-    *) echo "deps.sh: unknown set '$what' (tests|bench|cross|lint|fuzz)" >&2; exit 2 ;;
+    # examples/torch: Debian's torch (for /usr/bin/python3), its headers, pybind11 and pytest.
+    torch) pkgs+=(python3-torch libtorch-dev pybind11-dev python3-pytest python3-setuptools) ;;
+    *) echo "deps.sh: unknown set '$what' (tests|bench|cross|lint|fuzz|torch)" >&2; exit 2 ;;
   esac
 done
 

@@ -12,7 +12,8 @@
 #                              under ThreadSanitizer; each libFuzzer harness for ROTARY_FUZZ_SECONDS
 #                              (default 30) under ASan + UBSan; the strict consumer under every CMake
 #                              build type with both compilers (tests/build_types.sh); static analysis
-#                              (tests/lint.sh: clang-tidy and cppcheck, both must be clean). Every
+#                              (tests/lint.sh: clang-tidy and cppcheck, both must be clean); the
+#                              PyTorch extension's tests (examples/torch, in the gcc preset). Every
 #                              preset but fuzz links the kernels compiled once (rotary::kernels);
 #                              about 50 minutes on 2 cores
 set -euo pipefail
@@ -39,7 +40,7 @@ if [[ $mode == quick ]]; then
   exit 0
 fi
 
-bash cmake/deps.sh tests cross fuzz lint
+bash cmake/deps.sh tests cross fuzz lint torch
 export ROTARY_FUZZ_SECONDS="${ROTARY_FUZZ_SECONDS:-30}"  # read by tests/fuzz/run_fuzzer.sh
 for preset in gcc clang sanitize aarch64 tsan fuzz; do
   stage "workflow preset '$preset'" cmake --workflow --preset "$preset"
