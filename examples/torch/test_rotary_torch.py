@@ -2,8 +2,8 @@
 Run: python3 -m pytest examples/torch (ctest runs it when python3-torch is installed)."""
 import glob
 import json
-import math
 import os
+import subprocess
 
 import pytest
 import torch
@@ -115,6 +115,29 @@ def test_from_hf_config_gives_rotarys_theta(name):
         theta = rope.theta()
         # the independent derivation (derive_expected.py), to a few ulps of float64
         assert max(abs(a - b) / b for a, b in zip(theta.tolist(), expected["inv_freq"]) if b) < 1e-14
+
+
+INSPECT = os.environ.get("ROTARY_INSPECT")  # the C++ tool (ctest passes it)
+
+
+@pytest.mark.skipif(not INSPECT, reason="needs ROTARY_INSPECT, the rotary-inspect tool (ctest passes it)")
+@pytest.mark.parametrize("name", ["llama-3.1-8b-instruct", "gpt-j-6b", "phi-2", "qwen3-next-80b-a3b-thinking"])
+def test_from_hf_config_bit_for_bit_with_the_cpp_api(name):
+    path = os.path.join(PUBLISHED, name + ".json")
+    positions = [0, 1, 4097, 131071, 2 ** 24 + 1]
+    out = json.loads(subprocess.check_output([INSPECT, path, "--positions", ",".join(map(str, positions))]))
+    rope = rotary_torch.Rope.from_hf_config(path)
+    assert rope.theta().tolist() == out["inv_freq"]  # theta_j, bit for bit (%.17g round-trips)
+    assert out["attention_factor"] == 1
+    half, d = rope.rotary_dim // 2, rope.head_dim
+    x = torch.zeros(len(positions), 1, d, dtype=torch.float32)  # (1, 0) in every pair: R x = (cos, sin)
+    first = slice(0, 2 * half, 2) if rope.pairing == "interleaved" else slice(0, half)
+    second = slice(1, 2 * half, 2) if rope.pairing == "interleaved" else slice(half, 2 * half)
+    x[..., first] = 1.0
+    y = rope.apply(x, torch.tensor(positions))[:, 0]
+    # the tool prints floats with 9 digits, which round-trip: compare as float32, bit for bit
+    assert torch.equal(y[:, first], torch.tensor(out["cos"], dtype=torch.float32))
+    assert torch.equal(y[:, second], torch.tensor(out["sin"], dtype=torch.float32))
 
 
 def test_learnable_alpha_rho_train():
