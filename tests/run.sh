@@ -15,7 +15,7 @@
 #                              (tests/lint.sh: clang-tidy and cppcheck, both must be clean); the
 #                              PyTorch extension's tests (examples/torch, in the gcc preset). Every
 #                              preset but fuzz links the kernels compiled once (rotary::kernels);
-#                              about 50 minutes on 2 cores
+#                              about 45 minutes on 2 cores
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=quick
