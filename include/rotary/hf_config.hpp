@@ -63,7 +63,6 @@
 #ifndef ROTARY_HF_CONFIG_HPP
 #define ROTARY_HF_CONFIG_HPP
 
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <map>
@@ -341,7 +340,7 @@ inline void hf_resolve_max_positions(HfResolution& s) {
     max_key = "n_positions";
   }
   // A null max_position_embeddings stays unset: refused below where the rope type needs it.
-  const bool max_null = std::find(config.null_keys.begin(), config.null_keys.end(), max_key) != config.null_keys.end();
+  const bool max_null = hf_null(config, max_key);
   if (!max_pos && !max_null && s.family && s.family->max_position_embeddings)
     max_pos = s.family->max_position_embeddings;
   if (max_pos) hf_positive(max_key, *max_pos);

@@ -212,14 +212,20 @@ inline std::int64_t hf_positive(const char* key, std::int64_t v) {
   return v;
 }
 
+// Whether the file sets `key` to null (HfConfig::null_keys).
+inline bool hf_null(const HfConfig& c, const char* key) {
+  for (const std::string& k : c.null_keys)
+    if (k == key) return true;
+  return false;
+}
+
 // Before taking `key`'s class default: a null in the file is not that default (the class gets None,
 // which its rotary code cannot compute with), so it is refused, naming the key.
 inline void hf_no_null_default(const HfConfig& c, const char* key) {
-  for (const std::string& k : c.null_keys)
-    if (k == key)
-      throw error(concat(key, " is null in config.json: transformers' ", c.model_type.value_or("(no model_type)"),
-                         " class gets None, not its default, and its rotary code cannot compute with None; give ",
-                         "the value, or leave the key out for the default"));
+  if (hf_null(c, key))
+    throw error(concat(key, " is null in config.json: transformers' ", c.model_type.value_or("(no model_type)"),
+                       " class gets None, not its default, and its rotary code cannot compute with None; give ",
+                       "the value, or leave the key out for the default"));
 }
 
 // The file's value, else the class default (0 = none).
