@@ -8,10 +8,11 @@
 //   openmp_parallel_for   the OpenMP runtime's team, when the including TU is built with -fopenmp.
 //   your own pool         anything callable as a ParallelFor (below).
 //
-// Small calls run on the caller alone whatever is passed: waking another thread costs microseconds,
-// more than rotating a few tokens takes, so a call is split only into parts that each move at least
-// kMinParallelBytes (the driver's for_token_ranges, detail/driver/driver.hpp). Splitting never
-// changes the result: each token is rotated by the same code with the same cos/sin in any split.
+// Small calls run on the caller alone whatever is passed: handing part of a call to another thread
+// costs a round trip between cores, more than rotating a few tokens takes. That cost is measured on
+// the machine at hand, not assumed (HandOffCost): a call is split only into parts that each move at
+// least min_parallel_bytes(parallel) (the driver's for_token_ranges, detail/driver/driver.hpp).
+// Splitting never changes the result: each token is rotated by the same code with the same cos/sin.
 #ifndef ROTARY_PARALLEL_HPP
 #define ROTARY_PARALLEL_HPP
 
@@ -20,9 +21,11 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <cstring>
 #include <exception>
 #include <functional>
 #include <memory>
+#include <limits>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -41,11 +44,27 @@ namespace rotary {
 using ParallelFor =
     std::function<void(std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& body)>;
 
-// The least bytes (vectors read + written) a call gives each thread: below 2 x this, a call runs on
-// the caller alone even with a ParallelFor; above, it is split into at most bytes / this parts.
-// Below that, waking a thread costs more than the part it would take saves (docs/threads.md has the
-// figures).
-inline constexpr std::int64_t kMinParallelBytes = std::int64_t{128} * 1024;
+// What handing part of a call to another thread costs on this machine, and the least work per part
+// that makes it pay. Measured, not assumed: the round trip is a ping-pong through the pool itself
+// (the caller's range waits until a worker has started the other; a job's time is then the
+// worker's reaction to a published job plus the caller's to its finish), the speed a copy of
+// cache-resident rows (what a part's bytes cost a thread at best: a rotary kernel is no faster).
+// A call of B bytes takes B / speed on one thread and at least round trip + B / (2 x speed) on two:
+// two win from B = 2 x round trip x speed. min_part_bytes asks each part for twice that much
+// (2 x round trip x speed per part, 4x per 2-part call), so that the smallest call that splits runs
+// ~1.3x faster in principle, a margin for noise and for kernels slower than a copy (which only make
+// splitting pay more).
+struct HandOffCost {
+  double round_trip_ns = 0;       // median of the measured jobs
+  double copy_bytes_per_ns = 0;   // bytes read + written per ns by one thread copying 64 KiB blocks
+  std::int64_t min_part_bytes = 0;  // max(2 x round_trip_ns x copy_bytes_per_ns, kMinPartFloor)
+};
+
+// A part never moves less than this, however cheap the hand-off (below, a call's own fixed costs
+// dominate).
+inline constexpr std::int64_t kMinPartFloor = std::int64_t{16} * 1024;
+// What a machine that cannot run two threads at once gets: no call is ever split.
+inline constexpr std::int64_t kNeverSplit = std::numeric_limits<std::int64_t>::max() / 4;
 
 // Splits [0, n) into `parts` nearly equal ranges; range i is [bounds(i), bounds(i + 1)).
 // Unchecked (ROTARY_ASSERT in debug builds): parts >= 1, n >= 0, 0 <= i <= parts.
@@ -56,11 +75,43 @@ inline std::int64_t split_bound(std::int64_t n, std::int64_t parts, std::int64_t
 
 namespace detail {
 
-// The gate's threshold as the driver reads it: kMinParallelBytes unless a test lowered it to make
-// small calls split (test_threads). Not an interface: set it only from tests.
+// The gate's threshold override: -1 (none) uses the measured costs; a test sets 0 to split every
+// call it can (test_threads) or a fixed value to check the gate's arithmetic. Not an interface.
 inline std::atomic<std::int64_t>& min_parallel_bytes_state() noexcept {
-  static std::atomic<std::int64_t> bytes{kMinParallelBytes};
+  static std::atomic<std::int64_t> bytes{-1};
   return bytes;
+}
+
+// One thread's copy speed over cache-resident blocks (best of 5 rounds of 32 copies of 64 KiB).
+inline double measure_copy_bytes_per_ns() {
+  constexpr std::size_t kBytes = std::size_t{64} * 1024;
+  std::vector<unsigned char> from(kBytes, 1), to(kBytes, 0);
+  double best = 0;
+  for (int round = 0; round < 6; ++round) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 32; ++i) {
+      from[static_cast<std::size_t>(i)] = static_cast<unsigned char>(i + round);
+      std::memcpy(to.data(), from.data(), kBytes);
+    }
+    const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+    if (round > 0 && ns > 0) best = std::max(best, 2.0 * 32 * static_cast<double>(kBytes) / ns);  // round 0 warms
+  }
+  volatile unsigned char sink = to[kBytes / 2];  // keeps the copies
+  (void)sink;
+  return best > 0 ? best : 1.0;
+}
+
+inline double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+inline HandOffCost hand_off_cost(double round_trip_ns, double copy_bytes_per_ns) {
+  HandOffCost c{round_trip_ns, copy_bytes_per_ns, kNeverSplit};
+  const double bytes = 2.0 * round_trip_ns * copy_bytes_per_ns;
+  if (bytes < static_cast<double>(kNeverSplit))
+    c.min_part_bytes = std::max(static_cast<std::int64_t>(bytes), kMinPartFloor);
+  return c;
 }
 
 // A spinning thread's pause: lets the sibling hyperthread run and saves power.
@@ -111,12 +162,22 @@ class ThreadPool {
       stop_and_join();
       throw;
     }
+    cost_ = size_ >= 2 && std::thread::hardware_concurrency() != 1 ? calibrate() : HandOffCost{0, 0, kNeverSplit};
   }
   ~ThreadPool() { stop_and_join(); }
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   unsigned size() const noexcept { return size_; }
+
+  // What handing a part of a call to this pool's workers costs, measured in the constructor (a ping-pong
+  // of 96 jobs, ~0.1-1 ms): rotary splits a call over this pool only into parts of at least
+  // hand_off().min_part_bytes. A 1-thread pool, or any pool on a 1-CPU machine, never splits.
+  const HandOffCost& hand_off() const noexcept { return cost_; }
+
+  // Calls this pool has split over its threads so far, modulo 2^32 (its calibration's 96 included);
+  // a call run on the caller alone (too small to split, or made while the pool was busy) does not.
+  std::uint64_t jobs() const noexcept { return job_ticket_.load(std::memory_order_acquire) >> 32; }
 
   // The ParallelFor contract: body(begin, end) over [0, n), returning when every range is done.
   void operator()(std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& body) {
@@ -146,11 +207,7 @@ class ThreadPool {
   }
 
   // The pool as a ParallelFor (a reference to it: the pool must outlive it).
-  ParallelFor parallel_for() {
-    return [this](std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& body) {
-      (*this)(n, body);
-    };
-  }
+  ParallelFor parallel_for();
 
  private:
   // Runs ranges of job `generation`: first range `own` (the caller's is 0, worker k's is k), then
@@ -230,6 +287,31 @@ class ThreadPool {
     }
   }
 
+  // The round trip: range 0 (the caller's) waits until another thread has started range 1, so a job
+  // takes a worker's reaction to it and the caller's to its end; the median of 64 after 32 to warm.
+  // A worker that does not come within 1 ms (descheduled) is not waited for: that job counts long.
+  HandOffCost calibrate() {
+    std::atomic<bool> started{false};
+    const std::function<void(std::int64_t, std::int64_t)> ping = [&started](std::int64_t begin, std::int64_t) {
+      if (begin != 0) {
+        started.store(true, std::memory_order_release);
+        return;
+      }
+      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1);
+      while (!started.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until)
+        detail::spin_pause();
+    };
+    std::vector<double> times;
+    for (int i = 0; i < 96; ++i) {
+      started.store(false, std::memory_order_relaxed);
+      const auto t0 = std::chrono::steady_clock::now();
+      (*this)(2, ping);
+      const auto t1 = std::chrono::steady_clock::now();
+      if (i >= 32) times.push_back(std::chrono::duration<double, std::nano>(t1 - t0).count());
+    }
+    return detail::hand_off_cost(detail::median_of(times), detail::measure_copy_bytes_per_ns());
+  }
+
   void stop_and_join() noexcept {
     {
       const std::lock_guard<std::mutex> lock(mutex_);
@@ -252,23 +334,90 @@ class ThreadPool {
   const std::function<void(std::int64_t, std::int64_t)>* body_ = nullptr;
   std::int64_t n_ = 0;
   std::exception_ptr error_;
+  HandOffCost cost_;
 };
 
-// A ParallelFor on std::thread: `threads` workers per call (the caller is one of them). Threads are
-// created per call (each start costs more than a short call takes): prefer a ThreadPool, which starts
-// them once, or the engine's own pool.
-inline ParallelFor thread_parallel_for(unsigned threads) {
-  return [threads](std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& body) {
+namespace detail {
+// What ThreadPool::parallel_for() wraps: a named type, so that min_parallel_bytes finds the pool.
+struct PoolCall {
+  ThreadPool* pool;
+  void operator()(std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& body) const {
+    (*pool)(n, body);
+  }
+};
+
+// thread_parallel_for's ParallelFor: threads started per call.
+struct ThreadsPerCall {
+  unsigned threads;
+  void operator()(std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& body) const {
     const std::int64_t parts = std::max<std::int64_t>(1, std::min<std::int64_t>(threads, n));
     std::vector<std::thread> pool;
     pool.reserve(static_cast<std::size_t>(parts - 1));
     for (std::int64_t i = 1; i < parts; ++i)
-      pool.emplace_back(
-          [&body, n, parts, i] { body(split_bound(n, parts, i), split_bound(n, parts, i + 1)); });
+      pool.emplace_back([&body, n, parts, i] { body(split_bound(n, parts, i), split_bound(n, parts, i + 1)); });
     body(0, split_bound(n, parts, 1));
     for (auto& t : pool) t.join();
-  };
+  }
+};
+}  // namespace detail
+
+inline ParallelFor ThreadPool::parallel_for() { return detail::PoolCall{this}; }
+
+// A rotary ThreadPool's hand-off cost measured once per process (a 2-thread pool started and stopped
+// on first use): the estimate for a ParallelFor rotary cannot measure (an engine's pool, OpenMP's
+// team), whose workers wait the same way (spinning after a job) or slower. An engine whose pool
+// reacts more slowly than that should gate small calls itself (pass no ParallelFor).
+inline const HandOffCost& measured_hand_off() {
+  static const HandOffCost cost = [] {
+    if (std::thread::hardware_concurrency() == 1) return HandOffCost{0, 0, kNeverSplit};
+    try {
+      const ThreadPool pool(2);
+      return pool.hand_off();
+    } catch (...) {  // no threads to be had: never split
+      return HandOffCost{0, 0, kNeverSplit};
+    }
+  }();
+  return cost;
 }
+
+// The same for thread_parallel_for: starting and joining a std::thread (median of 9), once per process.
+inline const HandOffCost& thread_start_cost() {
+  static const HandOffCost cost = [] {
+    if (std::thread::hardware_concurrency() == 1) return HandOffCost{0, 0, kNeverSplit};
+    std::vector<double> times;
+    try {
+      for (int i = 0; i < 10; ++i) {
+        const auto t0 = std::chrono::steady_clock::now();
+        std::thread([] {}).join();
+        const auto t1 = std::chrono::steady_clock::now();
+        if (i > 0) times.push_back(std::chrono::duration<double, std::nano>(t1 - t0).count());
+      }
+    } catch (...) {
+      return HandOffCost{0, 0, kNeverSplit};
+    }
+    return detail::hand_off_cost(detail::median_of(times), detail::measure_copy_bytes_per_ns());
+  }();
+  return cost;
+}
+
+// The least bytes (vectors read + written) each part of a call split over `parallel` must move: the
+// pool's own measurement for a rotary ThreadPool (parallel_for() or std::ref(pool)), the thread start
+// cost for thread_parallel_for, measured_hand_off() for any other ParallelFor; kNeverSplit without one.
+// A call moving less than twice this runs on the caller alone.
+inline std::int64_t min_parallel_bytes(const ParallelFor& parallel) {
+  const std::int64_t forced = detail::min_parallel_bytes_state().load(std::memory_order_relaxed);
+  if (!parallel) return kNeverSplit;
+  if (forced >= 0) return forced;
+  if (const auto* call = parallel.target<detail::PoolCall>()) return call->pool->hand_off().min_part_bytes;
+  if (const auto* ref = parallel.target<std::reference_wrapper<ThreadPool>>()) return ref->get().hand_off().min_part_bytes;
+  if (parallel.target<detail::ThreadsPerCall>() != nullptr) return thread_start_cost().min_part_bytes;
+  return measured_hand_off().min_part_bytes;
+}
+
+// A ParallelFor on std::thread: `threads` workers per call (the caller is one of them). Threads are
+// created per call (each start costs more than a short call takes): prefer a ThreadPool, which starts
+// them once, or the engine's own pool.
+inline ParallelFor thread_parallel_for(unsigned threads) { return detail::ThreadsPerCall{threads}; }
 
 #if defined(_OPENMP)
 namespace detail {

@@ -16,9 +16,10 @@
 //     calls in a row, two callers sharing one pool, a call from inside a body, a body that throws,
 //     std::ref(pool) as a ParallelFor; apply / apply_qk through a pool give the 1-thread bits on
 //     random shapes from 1 token to a few MiB.
-//   * The minimum work per thread (kMinParallelBytes): a recording ParallelFor is not called for
-//     calls too small to split, is called with a few chunks just above the threshold (q and k bytes
-//     both count), and with the tokens themselves for large calls; openmp_parallel_for(threads).
+//   * The minimum work per thread: a ThreadPool measures its hand-off cost (HandOffCost) and the
+//     gate follows it; at a fixed minimum, a recording ParallelFor is not called for calls too small
+//     to split, is called with a few chunks just above the threshold (q and k bytes both count), and
+//     with the tokens themselves for large calls; openmp_parallel_for(threads).
 // The serial results themselves are checked against reference::rotate_complex (long double) on
 // sampled rows, so a test cannot pass by two runs being equally wrong. Sizes stay small: the `tsan`
 // preset runs this file under ThreadSanitizer on a 2-core machine.
@@ -732,7 +733,6 @@ void check_apply_through_pool(std::mt19937_64& rng) {
       rotary::apply_qk(*r, rows(q1, qh), rows(k1, kh), pos, qh, kh);
       rotary::apply(*r, rows(only1, qh), pos, qh);
       expect_matches_reference(*r, q0, only1, pos, qh, Direction::forward);
-      const bool large = tokens * qh * d * 2 * static_cast<std::int64_t>(sizeof(T)) >= 2 * rotary::kMinParallelBytes;
       for (rotary::ThreadPool* pool : {&pool2, &pool3}) {
         int calls = 0;
         const rotary::ParallelFor counted = [&calls, pool](std::int64_t n,
@@ -740,6 +740,9 @@ void check_apply_through_pool(std::mt19937_64& rng) {
           ++calls;
           (*pool)(n, body);
         };
+        // a wrapper is a ParallelFor rotary cannot measure: the process-wide estimate gates it
+        const bool large = tokens * qh * d * 2 * static_cast<std::int64_t>(sizeof(T)) >=
+                           2 * rotary::min_parallel_bytes(counted);
         std::vector<T> q = q0, k = k0, only = q0;
         rotary::apply_qk(*r, rows(q, qh), rows(k, kh), pos, qh, kh, {Direction::forward, counted});
         rotary::apply(*r, rows(only, qh), pos, qh, {Direction::forward, counted});
@@ -782,10 +785,23 @@ struct Recorder {
   }
 };
 
-// f32 rows of 1 head x 64 move 512 bytes per token (read + written).
+// f32 rows of 1 head x 64 move 512 bytes per token (read + written). The gate's arithmetic is checked
+// at a fixed minimum of 128 KiB per part (FixedMinimum), whatever this machine's hand-off costs.
 constexpr std::int64_t kRowBytes = 64 * 2 * 4;
-constexpr std::int64_t kTokensPerPart = rotary::kMinParallelBytes / kRowBytes;
-static_assert(rotary::kMinParallelBytes % kRowBytes == 0, "the shapes below assume whole tokens per part");
+constexpr std::int64_t kFixedMinimum = std::int64_t{128} * 1024;
+constexpr std::int64_t kTokensPerPart = kFixedMinimum / kRowBytes;
+static_assert(kFixedMinimum % kRowBytes == 0, "the shapes below assume whole tokens per part");
+
+class FixedMinimum {
+ public:
+  FixedMinimum() noexcept : saved_(rotary::detail::min_parallel_bytes_state().exchange(kFixedMinimum)) {}
+  ~FixedMinimum() { rotary::detail::min_parallel_bytes_state().store(saved_); }
+  FixedMinimum(const FixedMinimum&) = delete;
+  FixedMinimum& operator=(const FixedMinimum&) = delete;
+
+ private:
+  std::int64_t saved_;
+};
 
 // apply over `tokens` x 1 head x 64 f32 through a Recorder; checks the bits against the plain call.
 std::vector<std::int64_t> recorded_calls(std::int64_t tokens) {
@@ -801,12 +817,14 @@ std::vector<std::int64_t> recorded_calls(std::int64_t tokens) {
 }
 
 TEST(MinimumWork, SmallCallsRunOnTheCaller) {
+  const FixedMinimum fixed;
   EXPECT_TRUE(recorded_calls(1).empty()) << "1 token x 1 head x 64";
   EXPECT_TRUE(recorded_calls(16).empty()) << "16 tokens x 1 head x 64 (8 KiB)";
   EXPECT_TRUE(recorded_calls(2 * kTokensPerPart - 1).empty()) << "just under two parts' worth";
 }
 
 TEST(MinimumWork, LargerCallsSplitIntoChunksOfAtLeastTheMinimum) {
+  const FixedMinimum fixed;
   EXPECT_EQ(recorded_calls(2 * kTokensPerPart), std::vector<std::int64_t>{2});
   EXPECT_EQ(recorded_calls(3 * kTokensPerPart + 5), std::vector<std::int64_t>{3});
   // Plenty of parts' worth: the ParallelFor gets the tokens themselves.
@@ -816,6 +834,7 @@ TEST(MinimumWork, LargerCallsSplitIntoChunksOfAtLeastTheMinimum) {
 // Fused q+k: the key heads' bytes count too (1 + 1 heads: half the tokens per part), and so do the
 // batch entry points (BHSD batches run one region over all sequences).
 TEST(MinimumWork, KeysAndBatchesCount) {
+  const FixedMinimum fixed;
   const rotary::Rope<float> rope(RotarySpec(64, Pairing::half_split), 1 << 14);
   for (const std::int64_t tokens : {kTokensPerPart - 1, kTokensPerPart}) {
     std::vector<float> q(static_cast<std::size_t>(tokens * 64), 0.5f), k = q;
@@ -833,6 +852,56 @@ TEST(MinimumWork, KeysAndBatchesCount) {
     rotary::apply_batch(rope, rotary::Layout::bhsd, x.data(), sh, rotary::SequencePositions::starts({0, 9, 3, 1}), {Direction::forward, rec.get()});
     EXPECT_EQ(rec.calls, seq == 8 ? std::vector<std::int64_t>{} : std::vector<std::int64_t>{2}) << seq << " bhsd";
     EXPECT_TRUE(same_bits(x, serial)) << seq << " bhsd";
+  }
+}
+
+// The measured minimum: each ThreadPool's own ping-pong, the rule 2 x round trip x copy speed per part,
+// and which measurement gates which ParallelFor.
+TEST(MinimumWork, ThreadPoolMeasuresItsHandOff) {
+  const rotary::ThreadPool one(1);
+  EXPECT_EQ(one.hand_off().min_part_bytes, rotary::kNeverSplit) << "a 1-thread pool must never split";
+  rotary::ThreadPool pool(2);
+  const rotary::HandOffCost& c = pool.hand_off();
+  if (std::thread::hardware_concurrency() == 1) {
+    EXPECT_EQ(c.min_part_bytes, rotary::kNeverSplit) << "one CPU: two threads cannot run at once";
+    return;
+  }
+  EXPECT_GT(c.round_trip_ns, 0.0);
+  EXPECT_LT(c.round_trip_ns, 2e6) << "a ping-pong job waits at most 1 ms for a worker";
+  EXPECT_GT(c.copy_bytes_per_ns, 0.0);
+  const double rule = 2.0 * c.round_trip_ns * c.copy_bytes_per_ns;
+  EXPECT_EQ(c.min_part_bytes, std::max(static_cast<std::int64_t>(rule), rotary::kMinPartFloor));
+  std::printf("[ measured ] 2-thread pool: round trip %.0f ns, copy %.1f B/ns -> at least %lld KiB a part\n",
+              c.round_trip_ns, c.copy_bytes_per_ns, static_cast<long long>(c.min_part_bytes / 1024));
+  EXPECT_EQ(rotary::min_parallel_bytes(pool.parallel_for()), c.min_part_bytes);
+  EXPECT_EQ(rotary::min_parallel_bytes(std::ref(pool)), c.min_part_bytes);
+  EXPECT_EQ(rotary::min_parallel_bytes(rotary::thread_parallel_for(2)), rotary::thread_start_cost().min_part_bytes);
+  const rotary::ParallelFor foreign = [](std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& body) {
+    body(0, n);
+  };
+  EXPECT_EQ(rotary::min_parallel_bytes(foreign), rotary::measured_hand_off().min_part_bytes);
+  EXPECT_EQ(rotary::min_parallel_bytes(rotary::ParallelFor()), rotary::kNeverSplit);
+  // starting a thread costs more than waking a spinning one
+  EXPECT_GT(rotary::thread_start_cost().round_trip_ns, rotary::measured_hand_off().round_trip_ns / 4);
+}
+
+// The gate at the pool's own measurement: a call just under two parts' worth stays on the caller,
+// one of two parts' worth is split over the pool (ThreadPool::jobs() counts the calls it split).
+TEST(MinimumWork, TheGateFollowsThePoolsMeasurement) {
+  rotary::ThreadPool pool(2);
+  const std::int64_t min_part = pool.hand_off().min_part_bytes;
+  if (min_part >= std::int64_t{1} << 28) GTEST_SKIP() << "this machine's pool never splits calls this test can make";
+  const std::int64_t per_part = (min_part + kRowBytes - 1) / kRowBytes;  // tokens of 1 head x 64 f32
+  const rotary::Rope<float> rope(RotarySpec(64, Pairing::half_split), 1 << 14);
+  for (const std::int64_t tokens : {std::int64_t{1}, 2 * per_part - 1, 2 * per_part, 5 * per_part}) {
+    std::vector<float> x(static_cast<std::size_t>(tokens * 64), 0.5f), serial = x;
+    rotary::apply(rope, Eigen::Map<rotary::RowMatrix<float>>(serial.data(), tokens, 64), Positions::contiguous(3), 1);
+    const std::uint64_t before = pool.jobs();
+    rotary::apply(rope, Eigen::Map<rotary::RowMatrix<float>>(x.data(), tokens, 64), Positions::contiguous(3), 1,
+                  {Direction::forward, pool.parallel_for()});
+    EXPECT_EQ(pool.jobs() - before, tokens >= 2 * per_part ? 1u : 0u)
+        << tokens << " tokens x 512 bytes against " << min_part << " bytes a part";
+    EXPECT_TRUE(same_bits(x, serial)) << tokens << " tokens";
   }
 }
 

@@ -364,7 +364,7 @@ void run(Case& c) {
     std::string message;
     {
       const IsaScope scope(isa);
-      const MinParallelBytes min_bytes(c.threads == Threads::none ? rotary::kMinParallelBytes : c.min_bytes);
+      const MinParallelBytes min_bytes(c.threads == Threads::none ? std::int64_t{-1} : c.min_bytes);
       const rotary::ParallelFor par = c.threads == Threads::pool      ? pool().parallel_for()
                                       : c.threads == Threads::chunked ? chunks.get()
                                                                       : rotary::ParallelFor();

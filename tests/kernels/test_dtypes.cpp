@@ -55,6 +55,35 @@ TEST(Conversions, AgreeWithEigenOnFiniteValues) {
   EXPECT_TRUE(rotary::detail::is_nan(rd::bf16_bits_to_f32(rd::f32_to_bf16_bits(std::numeric_limits<float>::quiet_NaN()))));
 }
 
+// The row widenings a caller's f16 cos/sin table goes through (table.hpp): the branch-free loop and,
+// where the CPU has it, F16C's vcvtph2ps give f16_bits_to_f32's bits for every pattern, NaNs
+// included (quiet, payload kept), at every length and misalignment (the vector body and its tail).
+TEST(Conversions, F16RowWideningIsBitExact) {
+  std::vector<f16> all(65536 + 7);
+  for (std::uint32_t h = 0; h < all.size(); ++h) all[h] = Eigen::numext::bit_cast<f16>(static_cast<std::uint16_t>(h));
+  for (const bool f16c : {false, rotary::detail::cpu_features().avx2_set()}) {
+    for (const std::size_t offset : {std::size_t{0}, std::size_t{1}, std::size_t{3}}) {
+      std::vector<float> out(65536, -1.0f);
+      rd::widen_f16_row(all.data() + offset, out.data(), 65536, f16c);
+      int bad = 0;
+      for (std::uint32_t i = 0; i < 65536; ++i) {
+        const auto u = static_cast<std::uint16_t>(i + offset);
+        if (rd::float_bits(out[i]) != rd::float_bits(rd::f16_bits_to_f32(u)) && ++bad < 5)
+          ADD_FAILURE() << std::hex << u << (f16c ? " (F16C)" : " (loop)") << " offset " << offset;
+      }
+      EXPECT_EQ(bad, 0);
+    }
+    for (std::int64_t n = 0; n < 20; ++n) {  // short rows: only the tail, or one vector and a tail
+      std::vector<float> out(static_cast<std::size_t>(n) + 1, 7.0f);
+      rd::widen_f16_row(all.data() + 0x3c00, out.data(), n, f16c);
+      for (std::int64_t i = 0; i < n; ++i)
+        EXPECT_EQ(rd::float_bits(out[static_cast<std::size_t>(i)]),
+                  rd::float_bits(rd::f16_bits_to_f32(static_cast<std::uint16_t>(0x3c00 + i))));
+      EXPECT_EQ(out[static_cast<std::size_t>(n)], 7.0f) << "wrote past " << n << " values";
+    }
+  }
+}
+
 template <class T>
 void check_dtype(Pairing pairing) {
   std::mt19937_64 rng(rotary_test::seed());

@@ -79,6 +79,33 @@ inline float f16_bits_to_f32(std::uint16_t h) noexcept {
   return bits_float(sign | ((112u - static_cast<std::uint32_t>(e)) << 23) | ((mant & 0x03ffu) << 13));
 }
 
+// n f16 values widened to f32, exactly as f16_bits_to_f32 does each (NaNs quiet, payload
+// kept), without branches, so that compilers vectorize the loop with the target's integer and
+// int-to-float instructions (SSE2 in a baseline build): a caller's f16 cos/sin table is widened
+// per block on every call, where the branchy conversion cost as much as the rotation. Subnormals
+// are em x 2^-24 computed in float, exact (em < 2^10) and normal in f32, so flushing modes
+// (-ffast-math's FTZ/DAZ) do not touch them.
+inline void f16_to_f32_n(const f16* in, float* out, std::int64_t n) noexcept {
+  static_assert(sizeof(f16) == 2, "f16 is two bytes");
+  const auto* raw = reinterpret_cast<const unsigned char*>(in);
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::uint16_t u = 0;
+    std::memcpy(&u, raw + 2 * i, sizeof u);
+    const std::int32_t h = u;
+    const std::int32_t em = h & 0x7fff;
+    // all-ones masks from sign bits: em < 0x400 (zero, subnormal), >= 0x7c00 (inf, NaN), > 0x7c00 (NaN)
+    const std::int32_t small = (em - 0x0400) >> 31;
+    const std::int32_t special = (0x7bff - em) >> 31;
+    const std::int32_t nan = (0x7c00 - em) >> 31;
+    const std::int32_t normal = ((em << 13) + (112 << 23) + (special & (112 << 23))) | (nan & 0x00400000);
+    const float tiny = static_cast<float>(em) * 0x1p-24f;
+    std::int32_t tiny_bits = 0;
+    std::memcpy(&tiny_bits, &tiny, sizeof tiny_bits);
+    const std::int32_t bits = (tiny_bits & small) | (normal & ~small) | ((h & 0x8000) << 16);
+    std::memcpy(out + i, &bits, sizeof bits);
+  }
+}
+
 // Storage <-> compute (float for f16/bf16; identity for f32/f64).
 template <class T>
 inline compute_t<T> to_compute(T x) noexcept {

@@ -25,11 +25,13 @@ struct CpuFeatures {
   bool avx512bw = false;
   bool avx512dq = false;
   bool avx512bf16 = false;
-  bool genuine_intel = false;  // the vendor string (tuning only: PrologueRunner's chunk size)
+  bool genuine_intel = false;  // the vendor string (which cpuid leaf describes the caches)
   // Bytes of the largest data or unified cache cpuid describes (the last level, usually L3), 0 if
   // it describes none. Tuning only: where outputs are written past the caches (dispatch.hpp's
   // stream_min_bytes).
   std::int64_t last_level_cache_bytes = 0;
+  // Bytes of the level-1 data cache, 0 if cpuid describes none. Tuning only: PrologueRunner's chunk.
+  std::int64_t l1_data_cache_bytes = 0;
 
   // The feature sets behind Isa::avx2 and Isa::avx512 (dispatch.hpp).
   bool avx2_set() const noexcept { return avx2 && fma && f16c; }
@@ -46,8 +48,8 @@ inline unsigned long long read_xcr0() noexcept {
 
 // The largest data or unified cache of cpuid's deterministic cache parameters: leaf 4 (Intel) or
 // 0x8000001D (AMD, with TOPOEXT); each subleaf one cache, ways x partitions x line x sets bytes,
-// type 0 ending the list. 0 if the CPU describes none.
-inline std::int64_t largest_cache_bytes(unsigned leaf) noexcept {
+// type 0 ending the list. 0 if the CPU describes none. With level_one, the level-1 data cache's.
+inline std::int64_t largest_cache_bytes(unsigned leaf, bool level_one = false) noexcept {
   std::int64_t best = 0;
   for (unsigned sub = 0; sub < 16; ++sub) {
     unsigned a = 0;
@@ -58,6 +60,7 @@ inline std::int64_t largest_cache_bytes(unsigned leaf) noexcept {
     const unsigned type = a & 0x1Fu;  // 1 data, 2 instruction, 3 unified
     if (type == 0) break;
     if (type == 2) continue;
+    if (level_one && (type != 1 || ((a >> 5) & 7u) != 1)) continue;
     const auto field = [](unsigned v, unsigned shift, unsigned mask) {
       return static_cast<double>((v >> shift) & mask) + 1;
     };
@@ -69,8 +72,8 @@ inline std::int64_t largest_cache_bytes(unsigned leaf) noexcept {
   return best;
 }
 
-inline std::int64_t detect_last_level_cache_bytes(bool intel, unsigned max_leaf) noexcept {
-  if (intel) return max_leaf >= 4 ? largest_cache_bytes(4) : 0;
+inline std::int64_t detect_cache_bytes(bool intel, unsigned max_leaf, bool level_one) noexcept {
+  if (intel) return max_leaf >= 4 ? largest_cache_bytes(4, level_one) : 0;
   const auto max_ext = static_cast<unsigned>(__get_cpuid_max(0x80000000u, nullptr));
   if (max_ext < 0x8000001Du) return 0;
   unsigned a = 0;
@@ -78,7 +81,7 @@ inline std::int64_t detect_last_level_cache_bytes(bool intel, unsigned max_leaf)
   unsigned c = 0;
   unsigned d = 0;
   __cpuid(0x80000001u, a, b, c, d);
-  return ((c >> 22) & 1u) != 0 ? largest_cache_bytes(0x8000001Du) : 0;  // TOPOEXT
+  return ((c >> 22) & 1u) != 0 ? largest_cache_bytes(0x8000001Du, level_one) : 0;  // TOPOEXT
 }
 #endif
 
@@ -94,7 +97,8 @@ inline CpuFeatures detect_cpu_features() noexcept {
   if (max_leaf < 1) return f;
   __cpuid(0, a, b, c, d);
   f.genuine_intel = b == 0x756e6547u && d == 0x49656e69u && c == 0x6c65746eu;  // "Genu" "ineI" "ntel"
-  f.last_level_cache_bytes = detect_last_level_cache_bytes(f.genuine_intel, max_leaf);
+  f.last_level_cache_bytes = detect_cache_bytes(f.genuine_intel, max_leaf, false);
+  f.l1_data_cache_bytes = detect_cache_bytes(f.genuine_intel, max_leaf, true);
   __cpuid(1, a, b, c, d);
   const bool osxsave = (c >> 27) & 1u;
   const bool avx = (c >> 28) & 1u;

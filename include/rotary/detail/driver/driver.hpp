@@ -202,22 +202,28 @@ std::int64_t token_bytes(const KernelArgs<T>& a) noexcept {
 
 // With at least this many minimum-size parts of work, the ParallelFor gets the tokens themselves
 // and splits them its own way (an engine's pool may balance finer than equal ranges); pools are
-// rarely wider, so each thread still gets about kMinParallelBytes or more.
+// rarely wider, so each thread still gets about the minimum or more.
 constexpr std::int64_t kTokenSplitParts = 32;
 
 // body(begin, end) over [0, n), on the caller's threads if it supplied a ParallelFor and the call
-// is worth splitting: each part must move at least kMinParallelBytes (parallel.hpp), since waking a
-// thread costs more than a few tokens take. Too little for two parts runs on the caller alone; a
-// few parts' worth calls `parallel` over that many chunks (contiguous token ranges of at least the
-// minimum each), so a wider pool leaves its extra threads idle instead of splitting finer; more
-// (kTokenSplitParts) hands it the n tokens. The split never changes the bits: kernels go per token.
+// is worth splitting: each part must move at least min_parallel_bytes(parallel) (parallel.hpp: what a
+// hand-off costs on this machine, measured), since handing work to another thread costs more than
+// a few tokens take. Too little for two parts runs on the caller alone; a few parts' worth calls
+// `parallel` over that many chunks (contiguous token ranges of at least the minimum each), so a
+// wider pool leaves its extra threads idle instead of splitting finer; more (kTokenSplitParts)
+// hands it the n tokens. The split never changes the bits: kernels go per token. Every entry point
+// that threads (apply, fused q+k, batches, varlen, the fused prologues) splits here.
 template <class Body>
 void for_token_ranges(std::int64_t n, std::int64_t bytes_per_token, const ParallelFor& parallel, const Body& body) {
-  const std::int64_t min_bytes = min_parallel_bytes_state().load(std::memory_order_relaxed);
+  if (!parallel || n < 2) {
+    body(std::int64_t{0}, n);
+    return;
+  }
+  const std::int64_t min_bytes = min_parallel_bytes(parallel);
   const std::int64_t per_token = std::max<std::int64_t>(bytes_per_token, 1);
-  const std::int64_t min_tokens = std::max<std::int64_t>((min_bytes + per_token - 1) / per_token, 1);
+  const std::int64_t min_tokens = std::max<std::int64_t>(min_bytes / per_token + (min_bytes % per_token != 0), 1);
   const std::int64_t parts = n / min_tokens;
-  if (!parallel || n < 2 || parts < 2) {
+  if (parts < 2) {
     body(std::int64_t{0}, n);
   } else if (parts >= kTokenSplitParts || parts >= n) {
     parallel(n, body);

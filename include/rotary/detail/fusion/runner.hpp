@@ -123,9 +123,12 @@ struct PrologueKernels {
 // padding alike) goes through the rotation kernel in one call, its key rows written straight into
 // the cache when nothing comes between (same type, no norm after RoPE). A norm before RoPE writes
 // its rows into the rows RoPE writes, which are then rotated in place while still in cache, in
-// chunks of up to norm_chunk_bytes() of rows: 32 KiB on Intel CPUs, where the second pass is
-// cheapest from L1, and 192 KiB elsewhere, where smaller chunks' per-chunk calls cost more than L1
-// saves. No chunk size changes a result: each row is normalized, rounded, then rotated.
+// chunks of up to norm_chunk_bytes() of rows, chosen by the level-1 data cache cpuid reports: with
+// 48 KiB or more (Sapphire Rapids and later Xeons, Zen 5), two thirds of it, so that the second
+// pass reads L1; with less (Zen 4 and older cores: 32 KiB, under two 32-64-head tokens' rows
+// beside the cos/sin and weights) the second pass comes from L2 whatever the chunk, and 192 KiB
+// chunks amortize the per-chunk calls. No chunk size changes a result: each row is normalized,
+// rounded, then rotated.
 // Deinterleaving fills per-thread scratch rows, and steps after RoPE (the L2 norm, a conversion or
 // quantization into the cache) read its rows from scratch rows too, up to kScratchBytes of them per
 // chunk: chunks as long as the cache blocks cut them beat short ones.
@@ -134,7 +137,8 @@ class PrologueRunner {
  public:
   static constexpr std::int64_t kScratchBytes = std::int64_t{128} * 1024;
   static std::int64_t norm_chunk_bytes() noexcept {
-    return std::int64_t{cpu_features().genuine_intel ? 32 : 192} * 1024;
+    const std::int64_t l1 = cpu_features().l1_data_cache_bytes;
+    return l1 >= std::int64_t{48} * 1024 ? l1 / 3 * 2 : std::int64_t{192} * 1024;
   }
   static constexpr std::int64_t kMaxChunk = 64;  // tokens
 
