@@ -69,6 +69,8 @@ constexpr Shape kDecodeShape = {1, 32, 128, 0};   // decode: one token, 32 heads
 constexpr Shape kKeyShape = {512, 32, 128, 0};    // prefill (L3-resident in f32: 16 MiB moved); the key
                                                   // ratios and run.sh's -march=native comparison
 constexpr Shape kShortShape = {16, 32, 128, 0};   // short prefill (512 KiB moved in f32)
+constexpr Shape kMidShape = {64, 32, 128, 0};     // a prefill chunk (2 MiB moved in f32; threads only)
+constexpr Shape kLongShape = {4096, 32, 128, 0};  // long prefill (DRAM)
 constexpr Shape kDramShape = {8192, 32, 128, 0};  // longer prefill (DRAM)
 constexpr Shape kGqaShape = {512, 40, 128, 8};    // GQA prefill, fused: 32 query + 8 key heads
 
@@ -77,7 +79,7 @@ constexpr Shape kShapes[] = {
     kDecodeShape,
     kShortShape,
     kKeyShape,
-    {4096, 32, 128, 0},  // long prefill (DRAM)
+    kLongShape,
     kDramShape,
     {512, 32, 64, 0},    // small heads
     {512, 32, 256, 0},   // large heads (Gemma-style)

@@ -3,6 +3,9 @@
 //   apply/<pairing>/<dtype>/<impl>/<layout>/tokens:<T>/heads:<H>/head_dim:<D>/threads:<N>
 // (the layout is the extra path part after the impl; threads:N is the thread count). heads:40 is
 // 32 query + 8 key heads per token; heads:32 a single tensor.
+//   impl table_onnx (f16, rows, 1 thread): rotary::apply on a TableRope<f16, f16> over ONNX
+//           RotaryEmbedding's f16 cos_cache / sin_cache (the Rope's rows rounded to f16), read as
+//           given; its target compares it with dispatch on rotary's own table
 //   layout  flat  memcpy only: the q and k bytes (one buffer) copied by N threads, each a slice
 //           rows  q and k as separate [tokens*heads, head_dim] arrays: rotary::apply_qk (fused
 //                 shapes) or rotary::apply (single tensor), contiguous positions from 0
@@ -21,9 +24,10 @@
 // hiding behind the caller's CPU time. On a loaded machine the threaded ratios are meaningless: run
 // them on a quiet one. Every impl's ratio is to the flat memcpy of the same dtype, shape and thread
 // count in this run (none for the rows-only shapes below).
-// Thread scaling: dispatch/rows of 32 heads x 128 at 1, 16, 512 and 8192 tokens (decode to DRAM
-// prefill), 1 and 2 threads: rotary's minimum work per thread (kMinParallelBytes) must keep 2 threads
-// at least as fast as 1 at every size; targets.hpp compares them.
+// Thread scaling: dispatch/rows of 32 heads x 128 at 1, 16, 64, 512, 4096 and 8192 tokens (decode to
+// DRAM prefill), 1 and 2 threads: rotary's minimum work per thread (measured from the pool's
+// hand-off, parallel.hpp) must keep 2 threads at least as fast as 1 at every size; targets.hpp
+// compares them.
 #include <Eigen/Core>
 #include <cstddef>
 #include <cstring>
@@ -53,6 +57,7 @@ struct BatchCase {
   BatchLayout layout;
   Shape shape;  // tokens = batch * seq (4 sequences); fused when kv_heads > 0
   int threads;
+  bool onnx_table = false;  // table_onnx (f16 rows only): the call on ONNX-style f16 cos/sin caches
 };
 
 constexpr std::int64_t kBatch = 4;
@@ -75,11 +80,39 @@ std::int64_t buffer_elements(const BatchCase& c) {
   return c.layout == BatchLayout::qkv ? s.tokens * (s.heads + s.kv_heads) * s.head_dim : s.elements();
 }
 
+// ONNX RotaryEmbedding's cos_cache and sin_cache, [max_position, rotary_dim / 2] each in the input's
+// type (f16): the Rope's rows rounded to f16, read as given through a TableRope<f16, E>. E = f16 is
+// the benchmark (table_onnx); E = float over the same values widened is the startup check's reference.
+template <class E>
+Runner prepare_onnx_table(const Shape& s, const rotary::Rope<rotary::f16>& rope, const rotary::f16* in,
+                          rotary::f16* out) {
+  const auto& cache = rope.cache();
+  const std::int64_t h = cache.pairs();
+  auto tables = std::make_shared<std::pair<std::vector<E>, std::vector<E>>>();
+  for (std::int64_t r = 0; r < cache.size(); ++r) {
+    for (std::int64_t j = 0; j < h; ++j) {
+      tables->first.push_back(E(rotary::f16(cache.row_at(r)[j])));
+      tables->second.push_back(E(rotary::f16(cache.row_at(r)[h + j])));
+    }
+  }
+  auto table = std::make_shared<const rotary::TableRope<rotary::f16, E>>(
+      rope.head_dim(), rope.rotary_dim(), rope.pairing(),
+      rotary::CosSinTableView<E>::separate(tables->first.data(), tables->second.data(), cache.size(), h));
+  return [table, tables, in, out, s] {
+    Eigen::Map<const rotary::RowMatrix<rotary::f16>> x(in, s.tokens * s.heads, s.head_dim);
+    Eigen::Map<rotary::RowMatrix<rotary::f16>> y(out, s.tokens * s.heads, s.head_dim);
+    rotary::apply(*table, x, y, rotary::Positions::contiguous(0), s.heads);
+  };
+}
+
 // One call of `c` (out of place, in -> out), with `parallel` (empty: one thread).
 template <class T>
 Runner prepare_batch(const BatchCase& c, const rotary::Rope<T>& rope, const T* in, T* out) {
   const Shape s = c.shape;
   const std::int64_t d = s.head_dim;
+  if constexpr (std::is_same_v<T, rotary::f16>) {
+    if (c.onnx_table) return prepare_onnx_table<rotary::f16>(s, rope, in, out);
+  }
   rotary::ThreadPool* pool = pool_for(c.threads);
   const rotary::ParallelFor parallel = pool != nullptr ? pool->parallel_for() : rotary::ParallelFor();
   constexpr rotary::Direction fwd = rotary::Direction::forward;
@@ -155,9 +188,9 @@ Runner prepare_batch(const BatchCase& c, const rotary::Rope<T>& rope, const T* i
   };
 }
 
-// The single-tensor rows of the thread scaling rows (32 heads x 128): decode, short prefill, L3 and
-// DRAM prefill. The last is kDramShape, which also has a flat memcpy.
-constexpr Shape kThreadShapes[] = {kDecodeShape, kShortShape, kKeyShape, kDramShape};
+// The single-tensor rows of the thread scaling rows (32 heads x 128): every token count of the main
+// sweep, decode to DRAM prefill. The last is kDramShape, which also has a flat memcpy.
+constexpr Shape kThreadShapes[] = {kDecodeShape, kShortShape, kMidShape, kKeyShape, kLongShape, kDramShape};
 
 // The batch cases: fused GQA prefill in every layout at 1 and 2 threads, the single-tensor DRAM
 // shape's memcpy and the thread scaling rows at 1 and 2 threads.
@@ -170,12 +203,26 @@ std::vector<BatchCase> batch_cases() {
     v.push_back({BatchLayout::flat, kDramShape, threads});
     for (const Shape& s : kThreadShapes) v.push_back({BatchLayout::rows, s, threads});
   }
+  for (const Shape& s : kThreadShapes) v.push_back({BatchLayout::rows, s, 1, true});  // f16 only
   return v;
 }
 
 std::string batch_impl_name(const BatchCase& c) {
+  if (c.onnx_table) return "table_onnx";
   if (c.layout == BatchLayout::flat) return "memcpy";
   return c.shape.fused() ? "dispatch_qk" : "dispatch";
+}
+
+// table_onnx gives the bits of the same values read from an f32 table (the f16 table widened exactly).
+void check_onnx_table(const rotary::Rope<rotary::f16>& rope) {
+  const Shape s{19, 3, 128, 0};
+  const auto n = static_cast<std::size_t>(s.elements());
+  rotary::detail::AlignedVector<rotary::f16> in(n), want(n), got(n);
+  fill_random(in.data(), n, 13u);
+  prepare_onnx_table<float>(s, rope, in.data(), want.data())();
+  prepare_onnx_table<rotary::f16>(s, rope, in.data(), got.data())();
+  if (std::memcmp(want.data(), got.data(), n * sizeof(rotary::f16)) != 0)
+    fail("table_onnx/f16: the f16 table's results differ from the same table widened to f32");
 }
 
 // Startup check: every layout's threaded call gives the single-thread call's bits, every
@@ -188,6 +235,9 @@ void check_batch(const char* dtype) {
     for (const BatchLayout l : {BatchLayout::flat, BatchLayout::rows, BatchLayout::bshd, BatchLayout::bhsd,
                                 BatchLayout::sbhd, BatchLayout::thd, BatchLayout::qkv}) {
       const BatchCase one{l, Shape{64, 7, 128, 2}, 1};
+      if constexpr (std::is_same_v<T, rotary::f16>) {
+        if (l == BatchLayout::rows) check_onnx_table(rope);
+      }
       const BatchCase two{l, one.shape, 2};
       const auto n = static_cast<std::size_t>(buffer_elements(one));
       rotary::detail::AlignedVector<T> in(n);
@@ -252,17 +302,20 @@ void run_batch_case(benchmark::State& state, int id, BatchCase c, Pairing pairin
   });
 }
 
-// f32 cases feed the targets: with --rotary_key_repetitions=N they run in N interleaved rounds
-// (memcpy and the layouts of one shape and thread count side by side), like the kernel table's key
-// cases (kernels.cpp).
+// f32 cases, and the 16-bit single-tensor rows, feed the targets: with --rotary_key_repetitions=N
+// they run in N interleaved rounds (memcpy and the layouts of one shape and thread count side by
+// side), like the kernel table's key cases (kernels.cpp).
 template <class T>
 void register_batch(const char* dtype) {
   check_batch<T>(dtype);
-  const int rounds = std::is_same_v<T, float> ? key_repetitions() : 1;
+  const int rounds = key_repetitions();
   for (const Pairing pairing : kPairings) {
     const std::string pairing_name(rotary::to_string(pairing));
     for (int round = 0; round < rounds; ++round) {
       for (const BatchCase& c : batch_cases()) {
+        if (c.onnx_table && !std::is_same_v<T, rotary::f16>) continue;
+        // 16-bit: only the single-tensor rows (threads, ONNX tables) feed targets and repeat
+        if (round > 0 && !std::is_same_v<T, float> && (c.layout != BatchLayout::rows || c.shape.fused())) continue;
         const CaseInfo info{pairing_name, dtype, batch_impl_name(c), c.shape, sizeof(T), to_string(c.layout),
                             c.threads};
         register_case(info, [c, pairing](benchmark::State& state, int id) {
