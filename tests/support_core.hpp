@@ -126,8 +126,8 @@ class IsaScope {
 
 // ---- threads ------------------------------------------------------------------------------------
 
-// Lowers the driver's minimum work per thread (detail::min_parallel_bytes_state(), default
-// rotary::kMinParallelBytes) to 0 while the scope lives, so that a call given a ParallelFor splits
+// Lowers the driver's minimum work per thread (detail::min_parallel_bytes_state(); by default the
+// ParallelFor's measured hand-off, parallel.hpp) to 0 while the scope lives, so that a call given a ParallelFor splits
 // from two tokens on however little work it is, and restores the saved threshold when the scope
 // ends (scopes nest). Tests that pass a ParallelFor on small shapes hold one where they want the
 // split exercised; without it such calls run on the caller alone and never reach the ParallelFor.

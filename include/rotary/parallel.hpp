@@ -55,7 +55,7 @@ using ParallelFor =
 // ~1.3x faster in principle, a margin for noise and for kernels slower than a copy (which only make
 // splitting pay more).
 struct HandOffCost {
-  double round_trip_ns = 0;       // median of the measured jobs
+  double round_trip_ns = 0;       // the measured jobs' lower quartile (a pool) or median (thread starts)
   double copy_bytes_per_ns = 0;   // bytes read + written per ns by one thread copying 64 KiB blocks
   std::int64_t min_part_bytes = 0;  // max(2 x round_trip_ns x copy_bytes_per_ns, kMinPartFloor)
 };
@@ -101,9 +101,10 @@ inline double measure_copy_bytes_per_ns() {
   return best > 0 ? best : 1.0;
 }
 
-inline double median_of(std::vector<double> v) {
+// The q-quantile of v (0 <= q < 1), 0 if empty.
+inline double quantile_of(std::vector<double> v, double q) {
   std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
+  return v.empty() ? 0.0 : v[static_cast<std::size_t>(q * static_cast<double>(v.size()))];
 }
 
 inline HandOffCost hand_off_cost(double round_trip_ns, double copy_bytes_per_ns) {
@@ -288,8 +289,10 @@ class ThreadPool {
   }
 
   // The round trip: range 0 (the caller's) waits until another thread has started range 1, so a job
-  // takes a worker's reaction to it and the caller's to its end; the median of 64 after 32 to warm.
-  // A worker that does not come within 1 ms (descheduled) is not waited for: that job counts long.
+  // takes a worker's reaction to it and the caller's to its end; the lower quartile of 64 after 32 to
+  // warm, so that a pool started while other threads load the machine still measures the round trip
+  // of workers that are running (a worker descheduled later loses its range to the caller, so a call
+  // split too small costs little). A worker that does not come within 1 ms is not waited for.
   HandOffCost calibrate() {
     std::atomic<bool> started{false};
     const std::function<void(std::int64_t, std::int64_t)> ping = [&started](std::int64_t begin, std::int64_t) {
@@ -309,7 +312,7 @@ class ThreadPool {
       const auto t1 = std::chrono::steady_clock::now();
       if (i >= 32) times.push_back(std::chrono::duration<double, std::nano>(t1 - t0).count());
     }
-    return detail::hand_off_cost(detail::median_of(times), detail::measure_copy_bytes_per_ns());
+    return detail::hand_off_cost(detail::quantile_of(times, 0.25), detail::measure_copy_bytes_per_ns());
   }
 
   void stop_and_join() noexcept {
@@ -395,7 +398,7 @@ inline const HandOffCost& thread_start_cost() {
     } catch (...) {
       return HandOffCost{0, 0, kNeverSplit};
     }
-    return detail::hand_off_cost(detail::median_of(times), detail::measure_copy_bytes_per_ns());
+    return detail::hand_off_cost(detail::quantile_of(times, 0.5), detail::measure_copy_bytes_per_ns());
   }();
   return cost;
 }

@@ -881,8 +881,6 @@ TEST(MinimumWork, ThreadPoolMeasuresItsHandOff) {
   };
   EXPECT_EQ(rotary::min_parallel_bytes(foreign), rotary::measured_hand_off().min_part_bytes);
   EXPECT_EQ(rotary::min_parallel_bytes(rotary::ParallelFor()), rotary::kNeverSplit);
-  // starting a thread costs more than waking a spinning one
-  EXPECT_GT(rotary::thread_start_cost().round_trip_ns, rotary::measured_hand_off().round_trip_ns / 4);
 }
 
 // The gate at the pool's own measurement: a call just under two parts' worth stays on the caller,
@@ -890,14 +888,17 @@ TEST(MinimumWork, ThreadPoolMeasuresItsHandOff) {
 TEST(MinimumWork, TheGateFollowsThePoolsMeasurement) {
   rotary::ThreadPool pool(2);
   const std::int64_t min_part = pool.hand_off().min_part_bytes;
-  if (min_part >= std::int64_t{1} << 28) GTEST_SKIP() << "this machine's pool never splits calls this test can make";
+  if (min_part >= std::int64_t{1} << 26) GTEST_SKIP() << "this machine's pool splits no call this test makes (64 MiB)";
   const std::int64_t per_part = (min_part + kRowBytes - 1) / kRowBytes;  // tokens of 1 head x 64 f32
-  const rotary::Rope<float> rope(RotarySpec(64, Pairing::half_split), 1 << 14);
+  const rotary::Rope<float> rope(RotarySpec(64, Pairing::half_split), 1 << 12);
   for (const std::int64_t tokens : {std::int64_t{1}, 2 * per_part - 1, 2 * per_part, 5 * per_part}) {
     std::vector<float> x(static_cast<std::size_t>(tokens * 64), 0.5f), serial = x;
-    rotary::apply(rope, Eigen::Map<rotary::RowMatrix<float>>(serial.data(), tokens, 64), Positions::contiguous(3), 1);
+    std::vector<std::int64_t> positions(static_cast<std::size_t>(tokens));
+    for (std::size_t t = 0; t < positions.size(); ++t) positions[t] = static_cast<std::int64_t>((t * 7 + 3) % 4096);
+    const Positions pos(positions.data(), tokens);
+    rotary::apply(rope, Eigen::Map<rotary::RowMatrix<float>>(serial.data(), tokens, 64), pos, 1);
     const std::uint64_t before = pool.jobs();
-    rotary::apply(rope, Eigen::Map<rotary::RowMatrix<float>>(x.data(), tokens, 64), Positions::contiguous(3), 1,
+    rotary::apply(rope, Eigen::Map<rotary::RowMatrix<float>>(x.data(), tokens, 64), pos, 1,
                   {Direction::forward, pool.parallel_for()});
     EXPECT_EQ(pool.jobs() - before, tokens >= 2 * per_part ? 1u : 0u)
         << tokens << " tokens x 512 bytes against " << min_part << " bytes a part";
