@@ -186,7 +186,8 @@ struct KvCacheView {
     if (!detail::span_fits({{blocks, block_stride}, {block_size, slot_stride}, {heads, head_stride}}, head_dim,
                            sizeof(E)))
       return "KV cache spans more than PTRDIFF_MAX bytes";
-    if (!detail::StridedRows(data, head_dim, {{"slot", block_size, slot_stride}, {"head", heads, head_stride}})
+    if (!detail::StridedRows(data, head_dim, detail::StridedRows::Axis{"slot", block_size, slot_stride},
+                             detail::StridedRows::Axis{"head", heads, head_stride})
              .rows_disjoint())
       return concat("KV cache rows of one block overlap (slot stride ", slot_stride, ", head stride ",
                     head_stride, ", head_dim ", head_dim, ")");

@@ -55,6 +55,11 @@ struct StridedRows {
       if (n < 3) axes[static_cast<std::size_t>(n++)] = a;
   }
 
+  // The common two-axis view (token_rows), without the list's loop.
+  template <class T>
+  StridedRows(const T* p, std::int64_t hd, const Axis& outer, const Axis& inner) noexcept
+      : base(reinterpret_cast<std::uintptr_t>(p)), element(sizeof(T)), head_dim(hd), n(2), axes{outer, inner, Axis{}} {}
+
   const Axis& axis(int a) const noexcept { return axes[static_cast<std::size_t>(a)]; }
   bool empty() const noexcept {
     for (int a = 0; a < n; ++a)
@@ -102,15 +107,25 @@ struct StridedRows {
   // the inner axes (strides nest). Sufficient; an empty view has no rows (its strides may be 0).
   bool rows_disjoint() const noexcept {
     if (empty()) return true;
-    std::array<Axis, 3> ax = axes;  // unused axes have count 0: sorted in, then skipped
-    std::sort(ax.begin(), ax.end(), [](const Axis& x, const Axis& y) {
-      return x.stride != y.stride ? x.stride < y.stride : x.count < y.count;
-    });
+    // (count, stride) of the three axes in registers (unused axes have count 0: sorted in, then
+    // skipped), ordered by stride then count with three compare-exchanges: every checked call sorts a
+    // few of these, and moving whole named axes through memory cost more than the rest of the check
+    std::int64_t c0 = axes[0].count, c1 = axes[1].count, c2 = axes[2].count;
+    std::ptrdiff_t s0 = axes[0].stride, s1 = axes[1].stride, s2 = axes[2].stride;
+    const auto order = [](std::int64_t& cx, std::ptrdiff_t& sx, std::int64_t& cy, std::ptrdiff_t& sy) {
+      if (sy < sx || (sy == sx && cy < cx)) {
+        std::swap(cx, cy);
+        std::swap(sx, sy);
+      }
+    };
+    order(c0, s0, c1, s1);
+    order(c1, s1, c2, s2);
+    order(c0, s0, c1, s1);
     std::ptrdiff_t reach = head_dim;
-    for (const Axis& x : ax) {
-      if (x.count <= 1) continue;
-      if (x.stride < reach) return false;
-      reach += x.stride * (x.count - 1);
+    for (const auto& [count, stride] : {std::pair{c0, s0}, std::pair{c1, s1}, std::pair{c2, s2}}) {
+      if (count <= 1) continue;
+      if (stride < reach) return false;
+      reach += stride * (count - 1);
     }
     return true;
   }
@@ -156,7 +171,8 @@ struct StridedRows {
 template <class T>
 StridedRows token_rows(const T* p, std::int64_t head_dim, std::int64_t tokens, std::ptrdiff_t token_stride,
                        std::int64_t heads, std::ptrdiff_t head_stride) noexcept {
-  return StridedRows(p, head_dim, {{"token", tokens, token_stride}, {"head", heads, head_stride}});
+  return StridedRows(p, head_dim, StridedRows::Axis{"token", tokens, token_stride},
+                     StridedRows::Axis{"head", heads, head_stride});
 }
 
 // The rows of a view whose rows nest (rows_disjoint passed), in address order: the axes from the

@@ -35,19 +35,35 @@ inline bool valid_or_report(const std::string& message) noexcept {
 // Whether a non-empty view (axes of count >= 1 and stride >= 0, rows of head_dim elements) spans at
 // most PTRDIFF_MAX bytes, computed without overflow. No buffer is larger, and past it the extent
 // arithmetic here and the kernels' row addresses would overflow.
+// a * b or a + b into out, true where it wraps (uint64).
+inline bool mul_overflows(std::uint64_t a, std::uint64_t b, std::uint64_t& out) noexcept {
+#if defined(__GNUC__)
+  return __builtin_mul_overflow(a, b, &out);
+#else
+  out = a * b;
+  return a != 0 && out / a != b;
+#endif
+}
+inline bool add_overflows(std::uint64_t a, std::uint64_t b, std::uint64_t& out) noexcept {
+  out = a + b;
+  return out < a;
+}
+
 inline bool span_fits(std::initializer_list<std::pair<std::int64_t, std::ptrdiff_t>> axes, std::int64_t head_dim,
                       std::size_t element_size) noexcept {
-  const std::uint64_t max = static_cast<std::uint64_t>(std::numeric_limits<std::ptrdiff_t>::max()) / element_size;
+  // (checked arithmetic: every checked call runs this several times, and a division costs more than
+  // the rest of a small view's checks)
+  constexpr auto kMax = static_cast<std::uint64_t>(std::numeric_limits<std::ptrdiff_t>::max());
   auto span = static_cast<std::uint64_t>(head_dim);
-  if (span > max) return false;
   for (const auto& [count, stride] : axes) {
     if (count <= 1 || stride == 0) continue;
-    const auto c = static_cast<std::uint64_t>(count - 1);
-    const auto s = static_cast<std::uint64_t>(stride);
-    if (c > (max - span) / s) return false;
-    span += c * s;
+    std::uint64_t step = 0;
+    if (mul_overflows(static_cast<std::uint64_t>(count - 1), static_cast<std::uint64_t>(stride), step) ||
+        add_overflows(span, step, span))
+      return false;
   }
-  return true;
+  std::uint64_t bytes = 0;
+  return !mul_overflows(span, static_cast<std::uint64_t>(element_size), bytes) && bytes <= kMax;
 }
 
 // ---- where rows share memory: for messages, computed only once a check has failed ----------------
@@ -109,7 +125,7 @@ std::string check_view(const Name& name, const T* p, std::int64_t tokens, std::i
   if (tokens > 0 && heads > 0 && !span_fits({{tokens, ts}, {heads, hs}}, head_dim, sizeof(T)))
     return concat(name, " spans more than PTRDIFF_MAX bytes (", tokens, " tokens x token stride ", ts, ", ",
                   heads, " heads x head stride ", hs, ", head_dim ", head_dim, "): no buffer is that large");
-  const StridedRows rows(p, head_dim, {{"token", tokens, ts}, {"head", heads, hs}});
+  const StridedRows rows(p, head_dim, StridedRows::Axis{"token", tokens, ts}, StridedRows::Axis{"head", heads, hs});
   if (!rows.rows_disjoint())
     return rows_overlap_message(name, rows,
                                 concat("token stride ", ts, ", head stride ", hs, ", head_dim ", head_dim,
@@ -160,8 +176,7 @@ StridedRows in_rows(const StreamArgs<T>& s, std::int64_t tokens, std::int64_t he
 }
 template <class T>
 StridedRows out_rows(const StreamArgs<T>& s, std::int64_t tokens, std::int64_t head_dim) noexcept {
-  return StridedRows(s.out, head_dim,
-                {{"token", tokens, s.out_token_stride}, {"head", s.heads, s.out_head_stride}});
+  return token_rows(static_cast<const T*>(s.out), head_dim, tokens, s.out_token_stride, s.heads, s.out_head_stride);
 }
 
 // One view given as input and output: the stream rotates in place.

@@ -100,7 +100,8 @@ bool caches_share_rows(const KvCacheView<E>& a, const KvCacheView<E>& b) noexcep
     if (off >= xa.span || off <= -xb.span) return false;  // these two blocks' spans are apart
     if (xa.same_axes(xb)) return block_rows_meet(xa, xa.n - 1, off, xa.row, xb.row);
     const auto block_rows = [](const KvCacheView<E>& c) {
-      return StridedRows(c.data, c.head_dim, {{"slot", c.block_size, c.slot_stride}, {"head", c.heads, c.head_stride}});
+      return StridedRows(c.data, c.head_dim, StridedRows::Axis{"slot", c.block_size, c.slot_stride},
+                         StridedRows::Axis{"head", c.heads, c.head_stride});
     };
     const StridedRows ra = block_rows(a);
     StridedRows rb = block_rows(b);

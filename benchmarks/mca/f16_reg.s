@@ -1,0 +1,14 @@
+# f16, the same rotation: vcvtph2ps loads, vcvtps2ph into a register, then a store (what the kernels do)
+# Registers and addresses stand in for the kernel's; one iteration = 16 pairs of one row.
+vcvtph2ps (%rdi,%rax), %zmm0
+vcvtph2ps 128(%rdi,%rax), %zmm1
+vmovups (%rsi,%rcx), %zmm2
+vmovups 256(%rsi,%rcx), %zmm3
+vmulps %zmm3, %zmm1, %zmm4
+vfmsub231ps %zmm2, %zmm0, %zmm4
+vmulps %zmm3, %zmm0, %zmm5
+vfmadd231ps %zmm2, %zmm1, %zmm5
+vcvtps2ph $4, %zmm4, %ymm6
+vcvtps2ph $4, %zmm5, %ymm7
+vmovdqu %ymm6, (%rdx,%rax)
+vmovdqu %ymm7, 128(%rdx,%rax)
