@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian packages rotary's builds need, if any is missing.
-# Usage: cmake/deps.sh [tests|bench|cross|lint|fuzz|torch]...   (no argument: tests)
+# Usage: cmake/deps.sh [tests|bench|cross|lint|fuzz|torch|mca]...   (no argument: tests)
 set -euo pipefail
 
 pkgs=(cmake g++ libeigen3-dev)
@@ -15,7 +15,9 @@ for what in "${@:-tests}"; do
     fuzz) pkgs+=(clang libclang-rt-14-dev libtsan2 nlohmann-json3-dev) ;;
     # examples/torch: Debian's torch (for /usr/bin/python3), its headers, pybind11 and pytest.
     torch) pkgs+=(python3-torch libtorch-dev pybind11-dev python3-pytest python3-setuptools) ;;
-    *) echo "deps.sh: unknown set '$what' (tests|bench|cross|lint|fuzz|torch)" >&2; exit 2 ;;
+    # benchmarks/mca/run.sh: llvm-mca-19
+    mca) pkgs+=(llvm-19) ;;
+    *) echo "deps.sh: unknown set '$what' (tests|bench|cross|lint|fuzz|torch|mca)" >&2; exit 2 ;;
   esac
 done
 

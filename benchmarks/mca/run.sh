@@ -1,26 +1,89 @@
 #!/usr/bin/env bash
-# Predicted cycles of the kernels' inner loops on cores we may not have (issue 40): each .s here is
-# one iteration (16 pairs = 32 values of one row) of a rotation or of its conversion floor, written
-# after the instructions the AVX-512 kernels compile to (objdump of rotary_bench); llvm-mca-19
-# models it on Sapphire Rapids, Zen 4 and Zen 5. Prints cycles per iteration (llvm-mca's total /
-# iterations) and its block reciprocal throughput, per core. A row of 128 values is 4 iterations.
-#   bash benchmarks/mca/run.sh          (needs llvm-mca-19: apt-get install llvm-19)
+# Predicted cycles of the kernels' inner loops on cores we may not have (issue 40): one iteration (16
+# pairs = 32 values of one row, AVX-512) of the rotation, or of its conversion floor (the same loads,
+# widening, rounding and stores without the arithmetic: the convert-only loop), composed below from
+# the instructions the kernels compile to (objdump -d of rotary_bench: vcvtph2ps loads, vcvtps2ph into
+# a register then a store, vpmovzxwd + vpslld for bf16, vcvtne2ps2bf16 where AVX512_BF16 exists),
+# and the alternatives issue 40 asks about (vcvtps2ph to memory, 256-bit forms, bf16 rounded in
+# integer ops). llvm-mca-19 models each on Sapphire Rapids, Zen 4 and Zen 5; printed: cycles per
+# iteration (its total / iterations) and its block reciprocal throughput. A row of 128 values is 4
+# iterations. Registers and addresses stand in for the kernel's.
+#   bash benchmarks/mca/run.sh          (installs llvm-19 for llvm-mca-19 if missing: cmake/deps.sh mca)
 set -euo pipefail
-cd "$(dirname "$0")"
+command -v llvm-mca-19 >/dev/null || bash "$(dirname "$0")/../../cmake/deps.sh" mca
 mca=$(command -v llvm-mca-19 || command -v llvm-mca || true)
 if [ -z "$mca" ]; then
   echo "llvm-mca not found: apt-get install llvm-19" >&2
   exit 2
 fi
+
+# cos and sin of the 16 pairs (f32 rows of the cache)
+cossin='vmovups (%rsi,%rcx), %zmm2
+vmovups 256(%rsi,%rcx), %zmm3'
+# y1 = x1 c - x2 s, y2 = x2 c + x1 s (half-split pairs in zmm0 / zmm1)
+rotate='vmulps %zmm3, %zmm1, %zmm4
+vfmsub231ps %zmm2, %zmm0, %zmm4
+vmulps %zmm3, %zmm0, %zmm5
+vfmadd231ps %zmm2, %zmm1, %zmm5'
+f16_in='vcvtph2ps (%rdi,%rax), %zmm0
+vcvtph2ps 128(%rdi,%rax), %zmm1'
+bf16_in='vpmovzxwd (%rdi,%rax), %zmm0
+vpslld $16, %zmm0, %zmm0
+vpmovzxwd 32(%rdi,%rax), %zmm1
+vpslld $16, %zmm1, %zmm1'
+# f16 out, register form then a store; $1 $2: the two f32 vectors
+f16_out() { printf 'vcvtps2ph $4, %%%s, %%ymm6\nvcvtps2ph $4, %%%s, %%ymm7\nvmovdqu %%ymm6, (%%rdx,%%rax)\nvmovdqu %%ymm7, 128(%%rdx,%%rax)\n' "$1" "$2"; }
+bf16_hw_out() { printf 'vcvtne2ps2bf16 %%%s, %%%s, %%zmm6\nvmovdqu64 %%zmm6, (%%rdx,%%rax)\n' "$2" "$1"; }
+# round to nearest even in integer ops, NaN kept quiet (the kernels' fallback without AVX512_BF16)
+bf16_round() {  # $1: f32 vector, $2 $3: scratch, $4: mask register
+  printf 'vpsrld $16, %%%s, %%%s\nvpandd %%zmm9, %%%s, %%%s\nvpaddd %%zmm10, %%%s, %%%s\nvpaddd %%%s, %%%s, %%%s\n' \
+    "$1" "$2" "$2" "$2" "$1" "$3" "$2" "$3" "$3"
+  printf 'vcmpunordps %%%s, %%%s, %%%s\nvpord %%zmm12, %%%s, %%%s {%%%s}\nvpsrld $16, %%%s, %%%s\n' \
+    "$1" "$1" "$4" "$1" "$3" "$4" "$3" "$3"
+}
+ymm_loop() {  # the f16 loop in 256-bit registers; $1 = yes: with the rotation
+  printf 'vcvtph2ps (%%rdi,%%rax), %%ymm0\nvcvtph2ps 16(%%rdi,%%rax), %%ymm8\nvcvtph2ps 64(%%rdi,%%rax), %%ymm1\nvcvtph2ps 80(%%rdi,%%rax), %%ymm9\n'
+  printf 'vmovups (%%rsi,%%rcx), %%ymm2\nvmovups 32(%%rsi,%%rcx), %%ymm10\nvmovups 256(%%rsi,%%rcx), %%ymm3\nvmovups 288(%%rsi,%%rcx), %%ymm11\n'
+  local a=ymm0 b=ymm1 c=ymm8 d=ymm9
+  if [ "$1" = yes ]; then
+    printf 'vmulps %%ymm3, %%ymm1, %%ymm4\nvfmsub231ps %%ymm2, %%ymm0, %%ymm4\nvmulps %%ymm3, %%ymm0, %%ymm5\nvfmadd231ps %%ymm2, %%ymm1, %%ymm5\n'
+    printf 'vmulps %%ymm11, %%ymm9, %%ymm12\nvfmsub231ps %%ymm10, %%ymm8, %%ymm12\nvmulps %%ymm11, %%ymm8, %%ymm13\nvfmadd231ps %%ymm10, %%ymm9, %%ymm13\n'
+    a=ymm4 b=ymm5 c=ymm12 d=ymm13
+  fi
+  printf 'vcvtps2ph $4, %%%s, %%xmm6\nvcvtps2ph $4, %%%s, %%xmm7\nvcvtps2ph $4, %%%s, %%xmm14\nvcvtps2ph $4, %%%s, %%xmm15\n' $a $b $c $d
+  printf 'vmovdqu %%xmm6, (%%rdx,%%rax)\nvmovdqu %%xmm14, 16(%%rdx,%%rax)\nvmovdqu %%xmm7, 64(%%rdx,%%rax)\nvmovdqu %%xmm15, 80(%%rdx,%%rax)\n'
+}
+
+loop() {  # the loop named $1, on stdout
+  case $1 in
+    f32) printf 'vmovups (%%rdi,%%rax), %%zmm0\nvmovups 256(%%rdi,%%rax), %%zmm1\n%s\n%s\n' "$cossin" "$rotate"
+         printf 'vmovups %%zmm4, (%%rdx,%%rax)\nvmovups %%zmm5, 256(%%rdx,%%rax)\n' ;;
+    f16) printf '%s\n%s\n%s\n' "$f16_in" "$cossin" "$rotate"; f16_out zmm4 zmm5 ;;
+    f16_mem) printf '%s\n%s\n%s\n' "$f16_in" "$cossin" "$rotate"
+             printf 'vcvtps2ph $4, %%zmm4, (%%rdx,%%rax)\nvcvtps2ph $4, %%zmm5, 128(%%rdx,%%rax)\n' ;;
+    f16_floor) printf '%s\n%s\n' "$f16_in" "$cossin"; f16_out zmm0 zmm1 ;;
+    f16_ymm) ymm_loop yes ;;
+    f16_ymm_floor) ymm_loop no ;;
+    bf16) printf '%s\n%s\n%s\n' "$bf16_in" "$cossin" "$rotate"; bf16_hw_out zmm4 zmm5 ;;
+    bf16_int) printf '%s\n%s\n%s\n' "$bf16_in" "$cossin" "$rotate"
+              bf16_round zmm4 zmm8 zmm11 k1; bf16_round zmm5 zmm13 zmm14 k2
+              printf 'vpmovdw %%zmm11, (%%rdx,%%rax)\nvpmovdw %%zmm14, 32(%%rdx,%%rax)\n' ;;
+    bf16_int_pack) printf '%s\n%s\n%s\n' "$bf16_in" "$cossin" "$rotate"
+                   bf16_round zmm4 zmm8 zmm11 k1; bf16_round zmm5 zmm13 zmm14 k2
+                   printf 'vpackusdw %%zmm14, %%zmm11, %%zmm15\nvpermq %%zmm15, %%zmm16, %%zmm15\nvmovdqu64 %%zmm15, (%%rdx,%%rax)\n' ;;
+    bf16_floor) printf '%s\n%s\n' "$bf16_in" "$cossin"; bf16_hw_out zmm0 zmm1 ;;
+  esac
+}
+
 cpus=(sapphirerapids znver4 znver5)
-printf '%-16s' "loop"
-for c in "${cpus[@]}"; do printf ' %18s' "$c"; done
+printf '%-15s' "loop"
+for c in "${cpus[@]}"; do printf ' %17s' "$c"; done
 printf '   (cycles per 16 pairs / block rthroughput)\n'
-for f in f32 f16_reg f16_mem f16_floor f16_ymm f16_ymm_floor bf16_hw bf16_int bf16_int_packus bf16_floor; do
-  printf '%-16s' "$f"
+for name in f32 f16 f16_mem f16_floor f16_ymm f16_ymm_floor bf16 bf16_int bf16_int_pack bf16_floor; do
+  printf '%-15s' "$name"
   for c in "${cpus[@]}"; do
-    "$mca" -mcpu="$c" -iterations=200 "$f.s" 2>/dev/null |
-      awk '/Total Cycles/{t=$3} /Block RThroughput/{b=$3} END{printf " %11.2f / %-4s", t/200, b}'
+    loop "$name" | "$mca" -mcpu="$c" -iterations=200 - 2>/dev/null |
+      awk '/Total Cycles/{t=$3} /Block RThroughput/{b=$3} END{printf " %10.2f / %-4s", t/200, b}'
   done
   echo
 done
