@@ -740,9 +740,13 @@ void check_apply_through_pool(std::mt19937_64& rng) {
           ++calls;
           (*pool)(n, body);
         };
-        // a wrapper is a ParallelFor rotary cannot measure: the process-wide estimate gates it
-        const bool large = tokens * qh * d * 2 * static_cast<std::int64_t>(sizeof(T)) >=
-                           2 * rotary::min_parallel_bytes(counted);
+        // a wrapper is a ParallelFor rotary cannot measure: the process-wide estimate gates it, in
+        // whole tokens (the gate's arithmetic: at least two parts of ceil(minimum / token bytes) tokens;
+        // q alone for apply, and apply_qk's tokens carry more)
+        const std::int64_t min_bytes = rotary::min_parallel_bytes(counted);
+        const std::int64_t per_token = qh * d * 2 * static_cast<std::int64_t>(sizeof(T));
+        const std::int64_t min_tokens = std::max<std::int64_t>(min_bytes / per_token + (min_bytes % per_token != 0), 1);
+        const bool large = tokens / min_tokens >= 2;
         std::vector<T> q = q0, k = k0, only = q0;
         rotary::apply_qk(*r, rows(q, qh), rows(k, kh), pos, qh, kh, {Direction::forward, counted});
         rotary::apply(*r, rows(only, qh), pos, qh, {Direction::forward, counted});
