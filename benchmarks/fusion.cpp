@@ -375,7 +375,7 @@ int print_fusion_summary(std::FILE* out, const std::function<double(const std::s
         std::snprintf(cell, sizeof cell, "%7.2f", fused / unfused);
       }
       ratios += cell;
-      if (tokens == 512 && fused > 0 && unfused > 0) {
+      if (tokens == 512 && c != nullptr && fused > 0 && unfused > 0) {
         at512 = c;
         fused512 = fused;
         unfused512 = unfused;

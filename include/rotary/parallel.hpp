@@ -24,8 +24,8 @@
 #include <cstring>
 #include <exception>
 #include <functional>
-#include <memory>
 #include <limits>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>

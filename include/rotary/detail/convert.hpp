@@ -91,17 +91,16 @@ inline void f16_to_f32_n(const f16* in, float* out, std::int64_t n) noexcept {
   for (std::int64_t i = 0; i < n; ++i) {
     std::uint16_t u = 0;
     std::memcpy(&u, raw + 2 * i, sizeof u);
-    const std::int32_t h = u;
-    const std::int32_t em = h & 0x7fff;
-    // all-ones masks from sign bits: em < 0x400 (zero, subnormal), >= 0x7c00 (inf, NaN), > 0x7c00 (NaN)
-    const std::int32_t small = (em - 0x0400) >> 31;
-    const std::int32_t special = (0x7bff - em) >> 31;
-    const std::int32_t nan = (0x7c00 - em) >> 31;
-    const std::int32_t normal = ((em << 13) + (112 << 23) + (special & (112 << 23))) | (nan & 0x00400000);
-    const float tiny = static_cast<float>(em) * 0x1p-24f;
-    std::int32_t tiny_bits = 0;
+    const std::uint32_t em = u & 0x7fffu;
+    // all-ones masks: em < 0x400 (zero, subnormal), >= 0x7c00 (inf, NaN), > 0x7c00 (NaN)
+    const std::uint32_t small = 0u - static_cast<std::uint32_t>(em < 0x0400u);
+    const std::uint32_t special = 0u - static_cast<std::uint32_t>(em >= 0x7c00u);
+    const std::uint32_t nan = 0u - static_cast<std::uint32_t>(em > 0x7c00u);
+    const std::uint32_t normal = ((em << 13) + (112u << 23) + (special & (112u << 23))) | (nan & 0x00400000u);
+    const float tiny = static_cast<float>(static_cast<std::int32_t>(em)) * 0x1p-24f;  // (int32: cvtdq2ps)
+    std::uint32_t tiny_bits = 0;
     std::memcpy(&tiny_bits, &tiny, sizeof tiny_bits);
-    const std::int32_t bits = (tiny_bits & small) | (normal & ~small) | ((h & 0x8000) << 16);
+    const std::uint32_t bits = (tiny_bits & small) | (normal & ~small) | ((u & 0x8000u) << 16);
     std::memcpy(out + i, &bits, sizeof bits);
   }
 }
