@@ -126,21 +126,28 @@ class IsaScope {
 
 // ---- threads ------------------------------------------------------------------------------------
 
-// Lowers the driver's minimum work per thread (detail::min_parallel_bytes_state(); by default the
-// ParallelFor's measured hand-off, parallel.hpp) to 0 while the scope lives, so that a call given a ParallelFor splits
-// from two tokens on however little work it is, and restores the saved threshold when the scope
-// ends (scopes nest). Tests that pass a ParallelFor on small shapes hold one where they want the
-// split exercised; without it such calls run on the caller alone and never reach the ParallelFor.
-// Not for tests of the gate itself (test_threads' MinimumWork), which need the real default.
-class SplitAlways {
+// Sets the driver's minimum work per thread (detail::min_parallel_bytes_state(); by default the
+// ParallelFor's measured hand-off, parallel.hpp) to `bytes` while the scope lives and restores the
+// saved value when it ends (scopes nest): a fixed minimum for tests of the gate's arithmetic.
+class MinPartBytes {
  public:
-  SplitAlways() noexcept : saved_(rotary::detail::min_parallel_bytes_state().exchange(0)) {}
-  ~SplitAlways() { rotary::detail::min_parallel_bytes_state().store(saved_); }
-  SplitAlways(const SplitAlways&) = delete;
-  SplitAlways& operator=(const SplitAlways&) = delete;
+  explicit MinPartBytes(std::int64_t bytes) noexcept
+      : saved_(rotary::detail::min_parallel_bytes_state().exchange(bytes)) {}
+  ~MinPartBytes() { rotary::detail::min_parallel_bytes_state().store(saved_); }
+  MinPartBytes(const MinPartBytes&) = delete;
+  MinPartBytes& operator=(const MinPartBytes&) = delete;
 
  private:
   std::int64_t saved_;
+};
+
+// The minimum at 0: a call given a ParallelFor splits from two tokens on however little work it
+// is. Tests that pass a ParallelFor on small shapes hold one where they want the split exercised;
+// without it such calls run on the caller alone and never reach the ParallelFor. Not for tests of
+// the gate itself (test_threads' MinimumWork), which need the real default.
+class SplitAlways : public MinPartBytes {
+ public:
+  SplitAlways() noexcept : MinPartBytes(0) {}
 };
 
 }  // namespace rotary_test

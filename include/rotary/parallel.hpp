@@ -65,6 +65,7 @@ struct HandOffCost {
 inline constexpr std::int64_t kMinPartFloor = std::int64_t{16} * 1024;
 // What a machine that cannot run two threads at once gets: no call is ever split.
 inline constexpr std::int64_t kNeverSplit = std::numeric_limits<std::int64_t>::max() / 4;
+inline constexpr HandOffCost kNoHandOff{0, 0, kNeverSplit};
 
 // Splits [0, n) into `parts` nearly equal ranges; range i is [bounds(i), bounds(i + 1)).
 // Unchecked (ROTARY_ASSERT in debug builds): parts >= 1, n >= 0, 0 <= i <= parts.
@@ -163,7 +164,7 @@ class ThreadPool {
       stop_and_join();
       throw;
     }
-    cost_ = size_ >= 2 && std::thread::hardware_concurrency() != 1 ? calibrate() : HandOffCost{0, 0, kNeverSplit};
+    cost_ = size_ >= 2 && std::thread::hardware_concurrency() != 1 ? calibrate() : kNoHandOff;
   }
   ~ThreadPool() { stop_and_join(); }
   ThreadPool(const ThreadPool&) = delete;
@@ -172,7 +173,7 @@ class ThreadPool {
   unsigned size() const noexcept { return size_; }
 
   // What handing a part of a call to this pool's workers costs, measured in the constructor (a ping-pong
-  // of 96 jobs, ~0.1-1 ms): rotary splits a call over this pool only into parts of at least
+  // of 96 jobs; docs/threads.md): rotary splits a call over this pool only into parts of at least
   // hand_off().min_part_bytes. A 1-thread pool, or any pool on a 1-CPU machine, never splits.
   const HandOffCost& hand_off() const noexcept { return cost_; }
 
@@ -372,12 +373,12 @@ inline ParallelFor ThreadPool::parallel_for() { return detail::PoolCall{this}; }
 // reacts more slowly than that should gate small calls itself (pass no ParallelFor).
 inline const HandOffCost& measured_hand_off() {
   static const HandOffCost cost = [] {
-    if (std::thread::hardware_concurrency() == 1) return HandOffCost{0, 0, kNeverSplit};
+    if (std::thread::hardware_concurrency() == 1) return kNoHandOff;
     try {
       const ThreadPool pool(2);
       return pool.hand_off();
     } catch (...) {  // no threads to be had: never split
-      return HandOffCost{0, 0, kNeverSplit};
+      return kNoHandOff;
     }
   }();
   return cost;
@@ -386,7 +387,7 @@ inline const HandOffCost& measured_hand_off() {
 // The same for thread_parallel_for: starting and joining a std::thread (median of 9), once per process.
 inline const HandOffCost& thread_start_cost() {
   static const HandOffCost cost = [] {
-    if (std::thread::hardware_concurrency() == 1) return HandOffCost{0, 0, kNeverSplit};
+    if (std::thread::hardware_concurrency() == 1) return kNoHandOff;
     std::vector<double> times;
     try {
       for (int i = 0; i < 10; ++i) {
@@ -396,7 +397,7 @@ inline const HandOffCost& thread_start_cost() {
         if (i > 0) times.push_back(std::chrono::duration<double, std::nano>(t1 - t0).count());
       }
     } catch (...) {
-      return HandOffCost{0, 0, kNeverSplit};
+      return kNoHandOff;
     }
     return detail::hand_off_cost(detail::quantile_of(times, 0.5), detail::measure_copy_bytes_per_ns());
   }();

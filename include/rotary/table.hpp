@@ -272,6 +272,12 @@ ROTARY_TARGET_AVX2 inline void f16_to_f32_n_f16c(const f16* in, float* out, std:
 }
 #endif
 
+// Whether the ISA calls dispatch to has F16C (avx2 and avx512 both do).
+inline bool dispatch_has_f16c() {
+  const Isa isa = active_isa();
+  return isa == Isa::avx2 || isa == Isa::avx512;
+}
+
 // A caller's f16 table row widened: F16C where the dispatched ISA has it, else the branch-free loop.
 inline void widen_f16_row(const f16* in, float* out, std::int64_t n, bool f16c) noexcept {
 #if ROTARY_X86_KERNELS
@@ -286,7 +292,7 @@ inline void widen_f16_row(const f16* in, float* out, std::int64_t n, bool f16c) 
 }
 
 // A table of another element type: each block's rows gathered into [cos | sin] rows of the compute type C, widened
-// exactly from E (f16 rows vectorized: they were as slow as the rotation itself, widened one by one).
+// exactly from E (f16 rows by widen_f16_row).
 template <class C, class E>
 struct GatheredRows {
   static constexpr bool kTable = false;
@@ -294,7 +300,7 @@ struct GatheredRows {
   struct Scratch {};
   CosSinTableView<E> table;
   Positions positions;
-  bool f16c = false;  // the dispatched ISA has F16C (avx2 or avx512)
+  bool f16c = false;  // f16 rows: the dispatched ISA has F16C (avx2 or avx512)
   std::string check(std::int64_t tokens, bool /*fused*/) const {
     return check_table_positions(positions, tokens, table.first_position(), table.rows());
   }
@@ -310,13 +316,15 @@ struct GatheredRows {
       const E* c = table.cos() + r * table.row_stride();
       const E* s = table.sin() + r * table.row_stride();
       C* out = rows + (t - from) * 2 * h;
-      if constexpr (std::is_same_v<E, f16> && std::is_same_v<C, float>) {  // vectorized, same bits
-        widen_f16_row(c, out, h, f16c);
-        widen_f16_row(s, out + h, h, f16c);
-      } else {
-        for (std::int64_t j = 0; j < h; ++j) out[j] = widen(c[j]);
-        for (std::int64_t j = 0; j < h; ++j) out[h + j] = widen(s[j]);
-      }
+      widen_row(c, out, h);
+      widen_row(s, out + h, h);
+    }
+  }
+  void widen_row(const E* in, C* out, std::int64_t n) const noexcept {
+    if constexpr (std::is_same_v<E, f16> && std::is_same_v<C, float>) {
+      widen_f16_row(in, out, n, f16c);  // vectorized, the same bits
+    } else {
+      for (std::int64_t j = 0; j < n; ++j) out[j] = widen(in[j]);
     }
   }
   static C widen(E v) noexcept {
@@ -338,8 +346,10 @@ struct rotator_traits<TableRope<T, E>> {
     using C = compute_t<T>;
     if constexpr (std::is_same_v<E, C>)
       f(detail::ViewRows<C>{r.table(), p});
+    else if constexpr (std::is_same_v<E, f16>)
+      f(detail::GatheredRows<C, E>{r.table(), p, detail::dispatch_has_f16c()});
     else
-      f(detail::GatheredRows<C, E>{r.table(), p, active_isa() == Isa::avx2 || active_isa() == Isa::avx512});
+      f(detail::GatheredRows<C, E>{r.table(), p});
   }
 };
 

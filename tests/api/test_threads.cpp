@@ -395,16 +395,7 @@ class Pool {
 
 // Splits every call with two tokens or more, however little work it is (rotary's default runs small
 // calls on the caller alone), so small test shapes still exercise the threads; restores the default.
-class SplitEverything {
- public:
-  SplitEverything() : saved_(rotary::detail::min_parallel_bytes_state().exchange(0)) {}
-  ~SplitEverything() { rotary::detail::min_parallel_bytes_state().store(saved_); }
-  SplitEverything(const SplitEverything&) = delete;
-  SplitEverything& operator=(const SplitEverything&) = delete;
-
- private:
-  std::int64_t saved_;
-};
+using SplitEverything = rotary_test::SplitAlways;
 
 // Every ParallelFor under test: thread_parallel_for at several widths, rotary::ThreadPool and two
 // engine-style pools; calls split however small.
@@ -790,22 +781,12 @@ struct Recorder {
 };
 
 // f32 rows of 1 head x 64 move 512 bytes per token (read + written). The gate's arithmetic is checked
-// at a fixed minimum of 128 KiB per part (FixedMinimum), whatever this machine's hand-off costs.
+// at a fixed minimum of 128 KiB per part (MinPartBytes), whatever this machine's hand-off costs.
 constexpr std::int64_t kRowBytes = 64 * 2 * 4;
 constexpr std::int64_t kFixedMinimum = std::int64_t{128} * 1024;
 constexpr std::int64_t kTokensPerPart = kFixedMinimum / kRowBytes;
 static_assert(kFixedMinimum % kRowBytes == 0, "the shapes below assume whole tokens per part");
 
-class FixedMinimum {
- public:
-  FixedMinimum() noexcept : saved_(rotary::detail::min_parallel_bytes_state().exchange(kFixedMinimum)) {}
-  ~FixedMinimum() { rotary::detail::min_parallel_bytes_state().store(saved_); }
-  FixedMinimum(const FixedMinimum&) = delete;
-  FixedMinimum& operator=(const FixedMinimum&) = delete;
-
- private:
-  std::int64_t saved_;
-};
 
 // apply over `tokens` x 1 head x 64 f32 through a Recorder; checks the bits against the plain call.
 std::vector<std::int64_t> recorded_calls(std::int64_t tokens) {
@@ -821,14 +802,14 @@ std::vector<std::int64_t> recorded_calls(std::int64_t tokens) {
 }
 
 TEST(MinimumWork, SmallCallsRunOnTheCaller) {
-  const FixedMinimum fixed;
+  const rotary_test::MinPartBytes fixed(kFixedMinimum);
   EXPECT_TRUE(recorded_calls(1).empty()) << "1 token x 1 head x 64";
   EXPECT_TRUE(recorded_calls(16).empty()) << "16 tokens x 1 head x 64 (8 KiB)";
   EXPECT_TRUE(recorded_calls(2 * kTokensPerPart - 1).empty()) << "just under two parts' worth";
 }
 
 TEST(MinimumWork, LargerCallsSplitIntoChunksOfAtLeastTheMinimum) {
-  const FixedMinimum fixed;
+  const rotary_test::MinPartBytes fixed(kFixedMinimum);
   EXPECT_EQ(recorded_calls(2 * kTokensPerPart), std::vector<std::int64_t>{2});
   EXPECT_EQ(recorded_calls(3 * kTokensPerPart + 5), std::vector<std::int64_t>{3});
   // Plenty of parts' worth: the ParallelFor gets the tokens themselves.
@@ -838,7 +819,7 @@ TEST(MinimumWork, LargerCallsSplitIntoChunksOfAtLeastTheMinimum) {
 // Fused q+k: the key heads' bytes count too (1 + 1 heads: half the tokens per part), and so do the
 // batch entry points (BHSD batches run one region over all sequences).
 TEST(MinimumWork, KeysAndBatchesCount) {
-  const FixedMinimum fixed;
+  const rotary_test::MinPartBytes fixed(kFixedMinimum);
   const rotary::Rope<float> rope(RotarySpec(64, Pairing::half_split), 1 << 14);
   for (const std::int64_t tokens : {kTokensPerPart - 1, kTokensPerPart}) {
     std::vector<float> q(static_cast<std::size_t>(tokens * 64), 0.5f), k = q;

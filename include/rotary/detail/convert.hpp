@@ -82,7 +82,7 @@ inline float f16_bits_to_f32(std::uint16_t h) noexcept {
 // n f16 values widened to f32, exactly as f16_bits_to_f32 does each (NaNs quiet, payload
 // kept), without branches, so that compilers vectorize the loop with the target's integer and
 // int-to-float instructions (SSE2 in a baseline build): a caller's f16 cos/sin table is widened
-// per block on every call, where the branchy conversion cost as much as the rotation. Subnormals
+// per block on every call. Subnormals
 // are em x 2^-24 computed in float, exact (em < 2^10) and normal in f32, so flushing modes
 // (-ffast-math's FTZ/DAZ) do not touch them.
 inline void f16_to_f32_n(const f16* in, float* out, std::int64_t n) noexcept {

@@ -124,11 +124,10 @@ struct PrologueKernels {
 // the cache when nothing comes between (same type, no norm after RoPE). A norm before RoPE writes
 // its rows into the rows RoPE writes, which are then rotated in place while still in cache, in
 // chunks of up to norm_chunk_bytes() of rows, chosen by the level-1 data cache cpuid reports: with
-// 48 KiB or more (Sapphire Rapids and later Xeons, Zen 5), two thirds of it, so that the second
-// pass reads L1; with less (Zen 4 and older cores: 32 KiB, under two 32-64-head tokens' rows
-// beside the cos/sin and weights) the second pass comes from L2 whatever the chunk, and 192 KiB
-// chunks amortize the per-chunk calls. No chunk size changes a result: each row is normalized,
-// rounded, then rotated.
+// 48 KiB or more, two thirds of it, so that the second pass reads L1; with less (under two
+// 32-64-head tokens' rows beside the cos/sin and weights) the second pass comes from L2 whatever the
+// chunk, and 192 KiB chunks amortize the per-chunk calls (docs/benchmarks.md has the measurements).
+// No chunk size changes a result: each row is normalized, rounded, then rotated.
 // Deinterleaving fills per-thread scratch rows, and steps after RoPE (the L2 norm, a conversion or
 // quantization into the cache) read its rows from scratch rows too, up to kScratchBytes of them per
 // chunk: chunks as long as the cache blocks cut them beat short ones.
