@@ -656,3 +656,85 @@ TEST(CachePairs, ManyBlocksAndSlotsAreDecidedWithoutAWalk) {
 }
 
 }  // namespace
+
+// ---- the checks' fast path -----------------------------------------------------------------------
+
+// check_fused_call skips the checks of one buffer against another when the byte extents show every
+// buffer apart (prologue_buffers_apart). Over random placements of q, q's output, k, v, two int8
+// caches with their scales, the slot values and the norm weights in one arena (so that they often
+// overlap, partly, in place, or side by side): its message is always the one the whole sequence of
+// checks gives (check_prologue_steps with pairs, the positions, check_prologue_reads), and where the
+// extents say apart, the whole sequence finds nothing. Both kinds of call occur often.
+TEST(FusedErrors, SkippedPairChecksWouldAllPass) {
+  using rotary::detail::PairChecks;
+  using E = std::int8_t;
+  const std::int64_t T_ = 2, H = 2, D = 8, B = 2, S = 2;
+  const rotary::Rope<float> rope(rotary::RotarySpec(D, Pairing::half_split), 64);
+  constexpr std::int64_t kArena = 640;  // floats; a view spans up to 32, a cache 64
+  std::vector<float> arena(kArena + 64, 0.5f);
+  std::vector<std::int8_t> codes(4 * B * S * H * D);
+  std::mt19937_64 rng(rotary_test::seed() + 17);
+  const auto at = [&](std::int64_t span) {  // a float offset in the arena, on 4-float steps
+    return std::uniform_int_distribution<std::int64_t>(0, (kArena - span) / 4)(rng) * 4;
+  };
+  const auto coin = [&](int in) { return std::uniform_int_distribution<int>(0, in - 1)(rng) == 0; };
+  int apart = 0, refused = 0, cases = 0;
+  for (int i = 0; i < 20000; ++i) {
+    const StridedLayout l{T_, H, H * D, D};
+    Prologue<float, E, float> c;
+    float* q = arena.data() + at(T_ * H * D);
+    c.q = q;
+    c.q_layout = l;
+    c.q_out = coin(2) ? q : arena.data() + at(T_ * H * D);
+    c.q_out_layout = l;
+    c.k = arena.data() + at(T_ * H * D);
+    c.k_layout = l;
+    if (coin(3)) {
+      c.k_out = arena.data() + at(T_ * H * D);
+      c.k_out_layout = l;
+    }
+    c.v = arena.data() + at(T_ * H * D);
+    c.v_layout = l;
+    // caches of codes: apart, or side by side in one buffer (k and v heads alternating per slot);
+    // scales in the arena (written: they may meet anything)
+    const bool side_by_side = coin(4);
+    E* kc = codes.data() + (coin(8) ? 3 * B * S * H * D : 0);
+    E* vc = side_by_side ? codes.data() + D : codes.data() + (coin(8) ? 0 : 2 * B * S * H * D);
+    float* ks = arena.data() + at(B * S * H);
+    float* vs = arena.data() + at(B * S * H);
+    if (side_by_side) {
+      c.k_cache = KvCacheView<E>::strided(kc, B, S, H, D, S * H * 2 * D, H * 2 * D, 2 * D, ks);
+      c.v_cache = KvCacheView<E>::strided(vc, B, S, H, D, S * H * 2 * D, H * 2 * D, 2 * D, vs);
+    } else {
+      c.k_cache = KvCacheView<E>::paged(kc, B, S, H, D, ks);
+      c.v_cache = KvCacheView<E>::paged(vc, B, S, H, D, vs);
+    }
+    // the slot values: their own array, or in the arena's bytes (read: they may meet other reads)
+    std::int64_t own_slots[2] = {1, 2};
+    // cppcheck-suppress invalidPointerCast  ; deliberate: a value array placed inside another buffer
+    auto* slots = coin(3) ? reinterpret_cast<std::int64_t*>(arena.data() + at(4)) : own_slots;  // NOLINT
+    if (slots != own_slots) std::memcpy(slots, own_slots, sizeof(own_slots));
+    c.slots = Slots::mapping(slots, T_);
+    if (coin(2)) c.norm_before_rope(rotary::QkNorm<float>{arena.data() + at(D), arena.data() + at(D), 1e-6f});
+    const rotary::detail::TableRows<float> src{&rope.cache(), Positions::contiguous(3)};
+    // the whole sequence, as the fused call ran it before the fast path
+    std::string whole = rotary::detail::check_prologue_steps(c, D, D, Pairing::half_split, PairChecks::run);
+    rotary::detail::ReadExtents reads = rotary::detail::reads_of(src, T_);
+    reads.back() = rotary::detail::ReadExtent{"the slots", c.slots.values_extent()};
+    if (whole.empty()) whole = src.check(T_, true);
+    if (whole.empty()) whole = rotary::detail::check_prologue_reads(c, D, reads);
+    const bool skip_passes =
+        rotary::detail::check_prologue_steps(c, D, D, Pairing::half_split, PairChecks::skip).empty();
+    const bool extents_apart = rotary::detail::prologue_buffers_apart(c, D, reads);
+    ASSERT_EQ(rotary::detail::check_fused_call(rope, c, src, true), whole) << "case " << i;
+    if (skip_passes && extents_apart) {
+      ASSERT_EQ(whole, "") << "case " << i << ": apart by extents, yet a pair check refuses";
+      ++apart;
+    }
+    refused += whole.empty() ? 0 : 1;
+    ++cases;
+  }
+  EXPECT_GT(apart, cases / 20);
+  EXPECT_GT(refused, cases / 4);
+  EXPECT_GT(cases - refused - apart, cases / 100);  // valid, yet only the whole sequence can say so
+}

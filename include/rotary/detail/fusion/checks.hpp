@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -199,7 +200,7 @@ std::string check_prologue_shapes(const Prologue<T, E, W>& c, Pairing pairing) {
 // and v apart from what the call writes.
 template <class T, class E, class W>
 std::string check_prologue_views(const Prologue<T, E, W>& c, std::int64_t head_dim, std::int64_t rotary_dim,
-                                  Pairing pairing) {
+                                  Pairing pairing, PairChecks pairs) {
   const std::int64_t tokens = c.tokens();
   const bool q = c.q_layout.heads > 0;
   const bool k = c.k_layout.heads > 0;
@@ -218,12 +219,12 @@ std::string check_prologue_views(const Prologue<T, E, W>& c, std::int64_t head_d
                      : stream(c.k, c.k_layout, const_cast<T*>(c.k), c.k_layout);  // read only
   if (!q) std::swap(a.q, a.k);
   if (q || k) {
-    if (std::string m = check_call(a, q ? "q" : "k"); !m.empty()) return m;
+    if (std::string m = check_call(a, q ? "q" : "k", pairs); !m.empty()) return m;
   }
   if (v) {
     if (std::string m = check_view("v", c.v, tokens, c.v_layout.heads, c.v_layout.token_stride,
                                    c.v_layout.head_stride, c.v_cache.head_dim);
-        !m.empty())
+        !m.empty() || pairs == PairChecks::skip)
       return m;
     // an output written while v is read: apart, or other heads of the same token rows (packed qkv)
     const StridedRows v_rows =
@@ -240,7 +241,7 @@ std::string check_prologue_views(const Prologue<T, E, W>& c, std::int64_t head_d
 
 // The cache writes (slots, views) and every input and output apart from every cache.
 template <class T, class E, class W>
-std::string check_prologue_caches(const Prologue<T, E, W>& c, std::int64_t head_dim) {
+std::string check_prologue_caches(const Prologue<T, E, W>& c, std::int64_t head_dim, PairChecks pairs) {
   const std::int64_t tokens = c.tokens();
   const bool q = c.q_layout.heads > 0;
   const bool k = c.k_layout.heads > 0;
@@ -250,17 +251,19 @@ std::string check_prologue_caches(const Prologue<T, E, W>& c, std::int64_t head_
     if (c.k_cache.head_dim != head_dim)
       return concat("k_cache head_dim (", c.k_cache.head_dim, ") is not the rotator's (", head_dim, ")");
     // (k's view was checked above with head_dim, which is k_cache's)
-    if (std::string m = check_cache_write("k", c.k, c.k_layout, c.slots, "k_cache", c.k_cache, true, false);
+    if (std::string m = check_cache_write("k", c.k, c.k_layout, c.slots, "k_cache", c.k_cache, true, false, pairs);
         !m.empty())
       return m;
   }
   if (c.has_v_cache()) {  // the slots once where both caches have the same slots and blocks; v's view above
     const bool same_slots = c.has_k_cache() && c.k_cache.slots() == c.v_cache.slots() &&
                             c.k_cache.block_size == c.v_cache.block_size;
-    if (std::string m = check_cache_write("v", c.v, c.v_layout, c.slots, "v_cache", c.v_cache, !same_slots, false);
+    if (std::string m =
+            check_cache_write("v", c.v, c.v_layout, c.slots, "v_cache", c.v_cache, !same_slots, false, pairs);
         !m.empty())
       return m;
   }
+  if (pairs == PairChecks::skip) return {};
   // Every input and output apart from every cache (k from k_cache and v from v_cache were checked
   // above; q in place once); the two caches apart, or side by side in the same rows (MLA).
   const bool q_in_place =
@@ -323,14 +326,13 @@ std::string check_prologue_weights(const Prologue<T, E, W>& c, std::int64_t head
   return {};
 }
 
-// Every check of a fused call, in order. Each step returns its message as soon as it has one (no
-// string assigned on the way: at decode size the checks are a sizeable share of a fused call).
+// Every check of a fused call, in order; pairs skip: only those of each buffer on its own.
 template <class T, class E, class W>
-std::string check_prologue(const Prologue<T, E, W>& c, std::int64_t head_dim, std::int64_t rotary_dim,
-                           Pairing pairing) {
+std::string check_prologue_steps(const Prologue<T, E, W>& c, std::int64_t head_dim, std::int64_t rotary_dim,
+                                 Pairing pairing, PairChecks pairs) {
   if (std::string m = check_prologue_shapes(c, pairing); !m.empty()) return m;
-  if (std::string m = check_prologue_views(c, head_dim, rotary_dim, pairing); !m.empty()) return m;
-  if (std::string m = check_prologue_caches(c, head_dim); !m.empty()) return m;
+  if (std::string m = check_prologue_views(c, head_dim, rotary_dim, pairing, pairs); !m.empty()) return m;
+  if (std::string m = check_prologue_caches(c, head_dim, pairs); !m.empty() || pairs == PairChecks::skip) return m;
   if (std::string m = check_prologue_weights(c, head_dim); !m.empty()) return m;
   if (c.has_k_cache() && c.has_v_cache()) {
     if (caches_share_rows(c.k_cache, c.v_cache))
@@ -342,6 +344,83 @@ std::string check_prologue(const Prologue<T, E, W>& c, std::int64_t head_dim, st
       return "k_cache and v_cache share scales (an int8 cache writes a scale per row: give each its own)";
   }
   return {};
+}
+
+// Whether no buffer the call writes shares a byte with any other buffer it touches, by byte extents
+// (every buffer valid on its own: check_prologue_steps without pairs passed). Then no check of one
+// buffer against another can fail. A view given as input and output counts once; buffers only read
+// may overlap one another; the two caches count as one written region where their rows are apart
+// (caches_share_rows: MLA's latent and k_pe side by side in one row); reads: the row source's and the
+// slot values. Conservative: an overlap the
+// pairwise checks allow (the heads of a packed qkv tensor) answers false. Every written region
+// against every other region: a few dozen comparisons, no allocation, no sort.
+template <class T, class E, class W>
+bool prologue_buffers_apart(const Prologue<T, E, W>& c, std::int64_t head_dim, const ReadExtents& reads) noexcept {
+  // (plain arrays of ends, left uninitialized: zeroing a dozen Extents cost more than the comparisons)
+  constexpr int kWritten = 8;  // q out, k out, two caches, two scales
+  constexpr int kRead = 8 + static_cast<int>(std::tuple_size<ReadExtents>::value);  // + q, k, v, weights, scales
+  std::uintptr_t w_lo[kWritten], w_hi[kWritten], r_lo[kRead], r_hi[kRead];  // NOLINT: filled up to the counts
+  int n_written = 0;
+  int n_read = 0;
+  const auto add = [&](const Extent& x, bool is_written) {
+    if (x.lo >= x.hi) return;
+    if (is_written) {
+      w_lo[n_written] = x.lo;
+      w_hi[n_written++] = x.hi;
+    } else {
+      r_lo[n_read] = x.lo;
+      r_hi[n_read++] = x.hi;
+    }
+  };
+  // [tokens, heads] rows of d elements (a valid view: the arithmetic cannot overflow)
+  const auto rows = [](const auto* p, std::int64_t d, const StridedLayout& l) {
+    if (l.tokens <= 0 || l.heads <= 0) return Extent{};
+    const std::int64_t span = (l.tokens - 1) * l.token_stride + (l.heads - 1) * l.head_stride + d;
+    const auto lo = reinterpret_cast<std::uintptr_t>(p);
+    return Extent{lo, lo + static_cast<std::uintptr_t>(span) * sizeof(*p)};
+  };
+  const auto same = [](const void* a, const StridedLayout& la, const void* b, const StridedLayout& lb) {
+    return a == b && la.tokens == lb.tokens && la.heads == lb.heads && la.token_stride == lb.token_stride &&
+           la.head_stride == lb.head_stride;
+  };
+  if (c.q_layout.heads > 0) {
+    const bool in_place = same(c.q, c.q_layout, c.q_out, c.q_out_layout);
+    add(rows(c.q, head_dim, c.q_layout), in_place);
+    if (!in_place) add(rows(c.q_out, head_dim, c.q_out_layout), true);
+  }
+  if (c.k_layout.heads > 0) {
+    const bool k_out = c.k_out_layout.heads > 0;
+    // (k without an output is checked as if rotated in place, as check_prologue_views does)
+    const bool in_place = !k_out || same(c.k, c.k_layout, c.k_out, c.k_out_layout);
+    add(rows(c.k, head_dim, c.k_layout), in_place);
+    if (k_out && !in_place) add(rows(c.k_out, head_dim, c.k_out_layout), true);
+  }
+  if (c.v_layout.heads > 0) add(rows(c.v, c.v_cache.head_dim, c.v_layout), false);
+  const Extent k_cache = c.k_cache.extent();
+  const Extent v_cache = c.v_cache.extent();
+  if (overlap(k_cache, v_cache)) {
+    if (caches_share_rows(c.k_cache, c.v_cache)) return false;
+    add(Extent{std::min(k_cache.lo, v_cache.lo), std::max(k_cache.hi, v_cache.hi)}, true);
+  } else {
+    add(k_cache, true);
+    add(v_cache, true);
+  }
+  constexpr bool kScalesWritten = cache_scales_of<E>() == CacheScales::per_row;
+  add(c.k_cache.scales_extent(), kScalesWritten);
+  add(c.v_cache.scales_extent(), kScalesWritten);
+  for (const ReadExtent& r : reads)
+    if (r.name != nullptr) add(r.x, false);
+  for (const HeadNorm<W>* norm : {&c.q_norm, &c.k_norm})
+    if (norm->enabled && norm->weight != nullptr) {
+      const auto lo = reinterpret_cast<std::uintptr_t>(norm->weight);
+      add(Extent{lo, lo + static_cast<std::uintptr_t>(head_dim) * sizeof(W)}, false);
+    }
+  bool apart = true;  // (no early exit: a handful of comparisons cost less than their branches)
+  for (int i = 0; i < n_written; ++i) {
+    for (int j = i + 1; j < n_written; ++j) apart &= w_hi[j] <= w_lo[i] || w_hi[i] <= w_lo[j];
+    for (int j = 0; j < n_read; ++j) apart &= r_hi[j] <= w_lo[i] || w_hi[i] <= r_lo[j];
+  }
+  return apart;
 }
 
 }  // namespace detail

@@ -323,29 +323,42 @@ class PrologueRunner {
   ScratchBuffer<T> k_out_;  // rotated k rows on their way into a cache of another type (or the L2 norm)
 };
 
+// Every check of a fused call over row source src, in the order of its messages: the call's own
+// (check_prologue_steps), the source's (no rows of the keys' own, its positions), then what the call
+// writes apart from what it reads (the source's reads, the slot values). A decode-sized call spends
+// as much on its checks as on its work, and most of them test one buffer against another: where the
+// byte extents show every buffer apart (prologue_buffers_apart), only the tests of each buffer on its
+// own run. Otherwise (and whenever a test fails) the whole sequence does, so a message is always the
+// first the whole sequence finds.
+template <class R, class T, class E, class W, class Source>
+std::string check_fused_call(const R& r, const Prologue<T, E, W>& c, const Source& src, bool rotates) {
+  const std::int64_t tokens = c.tokens();
+  ReadExtents reads = rotates ? reads_of(src, tokens) : ReadExtents{};
+  if (c.has_k_cache() || c.has_v_cache()) reads.back() = ReadExtent{"the slots", c.slots.values_extent()};
+  const bool apart = check_prologue_steps(c, r.head_dim(), r.rotary_dim(), r.pairing(), PairChecks::skip).empty() &&
+                     prologue_buffers_apart(c, r.head_dim(), reads);
+  if (!apart) {
+    if (std::string m = check_prologue_steps(c, r.head_dim(), r.rotary_dim(), r.pairing(), PairChecks::run);
+        !m.empty())
+      return m;
+  }
+  if constexpr (!Source::kTable) {
+    if (src.separate_key_rows() && c.k_layout.heads > 0)
+      return "fused prologue: this rotator gives keys rows of their own (xPos); use apply_qk";
+  }
+  if (rotates) {
+    if (std::string m = src.check(tokens, c.q_layout.heads > 0 && c.k_layout.heads > 0); !m.empty()) return m;
+  }
+  return apart ? std::string() : check_prologue_reads(c, r.head_dim(), reads);
+}
+
 template <class R, class T, class E, class W>
 void prologue(bool checked, const R& r, const Prologue<T, E, W>& c, const rotator_positions_t<R>& p,
               const ParallelFor& parallel) {
-  require(checked, [&] { return check_prologue(c, r.head_dim(), r.rotary_dim(), r.pairing()); });
   const std::int64_t tokens = c.tokens();
   const bool rotates = c.q_layout.heads > 0 || c.k_layout.heads > 0;
   rotator_traits<R>::with_rows(r, p, Direction::forward, [&](const auto& src) {
-    using Src = std::decay_t<decltype(src)>;
-    if constexpr (!Src::kTable) {
-      require(checked, [&] {
-        return src.separate_key_rows() && c.k_layout.heads > 0
-                   ? std::string("fused prologue: this rotator gives keys rows of their own (xPos); use apply_qk")
-                   : std::string();
-      });
-    }
-    // the positions (when something is rotated), then what the call writes apart from what it reads
-    require(checked, [&] {
-      std::string m = rotates ? src.check(tokens, c.q_layout.heads > 0 && c.k_layout.heads > 0) : std::string();
-      if (!m.empty()) return m;
-      ReadExtents reads = rotates ? reads_of(src, tokens) : ReadExtents{};
-      if (c.has_k_cache() || c.has_v_cache()) reads.back() = ReadExtent{"the slots", c.slots.values_extent()};
-      return check_prologue_reads(c, r.head_dim(), reads);
-    });
+    require(checked, [&] { return check_fused_call(r, c, src, rotates); });
     PrologueKernels<T> kernels;
     kernels.rotate = select_kernel<T>();
     kernels.norm = select_norm_kernel<T>();
