@@ -159,12 +159,14 @@ inline ReadExtents positions_read(const Positions& p, std::int64_t tokens) noexc
 template <class T>
 std::string check_reads_apart(const KernelArgs<T>& a, const ReadExtents& reads, const char* x_name) {
   const bool fused = a.k.heads > 0;
+  const Extent q_out = out_rows(a.q, a.tokens, a.head_dim).extent();  // (once, not per read)
+  const Extent k_out = fused ? out_rows(a.k, a.tokens, a.head_dim).extent() : Extent{};
   for (const ReadExtent& r : reads) {
     if (r.name == nullptr) continue;
-    for (const StreamArgs<T>* s : {&a.q, &a.k})
-      if (overlap(out_rows(*s, a.tokens, a.head_dim).extent(), r.x))
-        return concat("output of ", s == &a.k ? "k" : fused ? "q" : x_name, " and ", r.name, " share memory (",
-                      r.name, " is read while the output is written)");
+    const bool q_meets = overlap(q_out, r.x);
+    if (q_meets || overlap(k_out, r.x))
+      return concat("output of ", !q_meets ? "k" : fused ? "q" : x_name, " and ", r.name, " share memory (", r.name,
+                    " is read while the output is written)");
   }
   return {};
 }

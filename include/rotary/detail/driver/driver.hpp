@@ -291,13 +291,8 @@ void dispatch_call(const Source& src, KernelArgs<T> a, const ParallelFor& parall
       ScratchBuffer<C> rows(split ? 2 * per_stream : per_stream);
       C* key_rows = split ? rows.data() + per_stream : nullptr;
       auto scratch = src.scratch();
-      KernelArgs<T> qa = a;  // with split rows: q's heads here, k's in ka
-      KernelArgs<T> ka = a;
-      if (split) {
-        qa.k = StreamArgs<T>{};
-        ka.q = a.k;
-        ka.k = StreamArgs<T>{};
-      }
+      KernelArgs<T> qa = a;  // with split rows: q's heads here, k's in a copy made below
+      if (split) qa.k = StreamArgs<T>{};
       for (std::int64_t t = first; t < end; t += kBlock) {
         const std::int64_t from = std::max(t, begin);
         const std::int64_t stop = std::min(end, t + kBlock);
@@ -305,6 +300,9 @@ void dispatch_call(const Source& src, KernelArgs<T> a, const ParallelFor& parall
         qa.rows = CosSinRows<C>::block(rows.data(), a.rotary_dim, t);
         run_tokens(kernel, qa, from, stop);
         if (split) {
+          KernelArgs<T> ka = a;
+          ka.q = a.k;
+          ka.k = StreamArgs<T>{};
           ka.rows = CosSinRows<C>::block(key_rows, a.rotary_dim, t);
           run_tokens(kernel, ka, from, stop);
         }
