@@ -26,7 +26,11 @@ namespace rotary {
 namespace detail {
 
 // floor(x / d) and x - d * floor(x / d), in [0, d), for d > 0 (C++ division truncates toward zero).
+// Offsets within one stride of zero (caches side by side in one row, a block's own rows) need no
+// division: a 64-bit one costs more than the rest of a cache pair's test.
 inline std::pair<std::int64_t, std::int64_t> floor_divmod(std::int64_t x, std::int64_t d) noexcept {
+  if (x >= 0 && x < d) return {0, x};
+  if (x < 0 && x >= -d) return {-1, x + d};
   std::int64_t q = x / d;
   std::int64_t r = x % d;
   if (r < 0) {
