@@ -331,9 +331,9 @@ ReadExtents reads_of(const Source& src, std::int64_t tokens) noexcept {
 // then the outputs apart from what the source reads. For callers that ran check_call themselves.
 template <class T, class Source>
 std::string check_source(const Source& src, const KernelArgs<T>& a, const char* x_name = "x") {
-  std::string m = src.check(a.tokens, a.k.heads > 0);
-  if (m.empty()) m = check_reads_apart(a, reads_of(src, a.tokens), x_name);
-  return m;
+  // (each step returns its own string: no assignment of an empty one on a valid call's way)
+  if (std::string m = src.check(a.tokens, a.k.heads > 0); !m.empty()) return m;
+  return check_reads_apart(a, reads_of(src, a.tokens), x_name);
 }
 
 // Validates the call (shapes, then the source's positions, then the outputs apart from what the
@@ -342,9 +342,8 @@ template <class T, class Source>
 void check_and_dispatch(bool checked, const Source& src, const KernelArgs<T>& a, const ParallelFor& parallel,
            const char* x_name = "x") {
   require(checked, [&] {
-    std::string m = check_call(a, x_name);
-    if (m.empty()) m = check_source(src, a, x_name);
-    return m;
+    if (std::string m = check_call(a, x_name); !m.empty()) return m;
+    return check_source(src, a, x_name);
   });
   dispatch_call(src, a, parallel);
 }
