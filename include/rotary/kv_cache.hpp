@@ -435,8 +435,9 @@ void write_rows(const T* x, const StridedLayout& l, const Slots& slots, const Kv
   for (std::int64_t t = t0; t < t1; ++t) {
     const std::int64_t s = slots.slot(t, c.block_size);
     if (s < 0) continue;
+    E* const first = c.row(s, 0);  // (one division per token, not per head)
     for (std::int64_t h = 0; h < c.heads; ++h)
-      store_row(c.row(s, h), x + t * l.token_stride + h * l.head_stride, c.head_dim, c.row_scale(s, h),
+      store_row(first + h * c.head_stride, x + t * l.token_stride + h * l.head_stride, c.head_dim, c.row_scale(s, h),
                 inverse_head_scale(c, h), kernel);
   }
 }

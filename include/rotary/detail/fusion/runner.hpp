@@ -289,18 +289,21 @@ class PrologueRunner {
             kern_.l2_after.run(kern_.norm, k_stream.out_row(i, 0), k_stream.out_head_stride, k_stream.out_row(i, 0),
                                k_stream.out_head_stride, hk, d_);
         }
-        if (k_cache && !(k_direct_ && !k_out))
+        if (k_cache && !(k_direct_ && !k_out)) {
+          E* const first = c_.k_cache.row(slot + i, 0);  // (one division per token, not per head)
           for (std::int64_t h = 0; h < hk; ++h)
-            store_row(c_.k_cache.row(slot + i, h), k_stream.out_row(i, h), d_, c_.k_cache.row_scale(slot + i, h),
-                      inverse_head_scale(c_.k_cache, h), kern_.cache_row);
+            store_row(first + h * c_.k_cache.head_stride, k_stream.out_row(i, h), d_,
+                      c_.k_cache.row_scale(slot + i, h), inverse_head_scale(c_.k_cache, h), kern_.cache_row);
+        }
       }
     }
     if (c_.has_v_cache())  // v's own slots: per-sequence slots depend on the cache's block size
       for (std::int64_t i = 0; i < n; ++i) {
         const std::int64_t v_slot = c_.slots.slot(t + i, c_.v_cache.block_size);
         if (v_slot < 0) continue;
+        E* const first = c_.v_cache.row(v_slot, 0);
         for (std::int64_t h = 0; h < c_.v_layout.heads; ++h)
-          store_row(c_.v_cache.row(v_slot, h),
+          store_row(first + h * c_.v_cache.head_stride,
                     c_.v + (t + i) * c_.v_layout.token_stride + h * c_.v_layout.head_stride, c_.v_cache.head_dim,
                     c_.v_cache.row_scale(v_slot, h), inverse_head_scale(c_.v_cache, h), kern_.cache_row);
       }
