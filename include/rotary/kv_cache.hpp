@@ -437,8 +437,8 @@ void write_rows(const T* x, const StridedLayout& l, const Slots& slots, const Kv
     if (s < 0) continue;
     E* const first = c.row(s, 0);  // (one division per token, not per head)
     for (std::int64_t h = 0; h < c.heads; ++h)
-      store_row(first + h * c.head_stride, x + t * l.token_stride + h * l.head_stride, c.head_dim, c.row_scale(s, h),
-                inverse_head_scale(c, h), kernel);
+      store_row(first + h * c.head_stride, x + t * l.token_stride + h * l.head_stride, c.head_dim,
+                c.row_scale(s, h), inverse_head_scale(c, h), kernel);
   }
 }
 

@@ -164,9 +164,10 @@ std::string check_reads_apart(const KernelArgs<T>& a, const ReadExtents& reads, 
   for (const ReadExtent& r : reads) {
     if (r.name == nullptr) continue;
     const bool q_meets = overlap(q_out, r.x);
-    if (q_meets || overlap(k_out, r.x))
-      return concat("output of ", !q_meets ? "k" : fused ? "q" : x_name, " and ", r.name, " share memory (", r.name,
-                    " is read while the output is written)");
+    if (!q_meets && !overlap(k_out, r.x)) continue;
+    const char* out = !q_meets ? "k" : fused ? "q" : x_name;
+    return concat("output of ", out, " and ", r.name, " share memory (", r.name,
+                  " is read while the output is written)");
   }
   return {};
 }
@@ -318,7 +319,8 @@ std::string check_call(const KernelArgs<T>& a, const char* x_name = "x", PairChe
     return concat("rotary_dim (", a.rotary_dim, ") must be even, positive and <= head_dim (",
                   a.head_dim, ")");
   const bool fused = a.k.heads > 0;
-  if (std::string m = check_stream(fused ? "q" : "", a.q, a.tokens, a.head_dim, x_name, pairs); !m.empty() || !fused)
+  if (std::string m = check_stream(fused ? "q" : "", a.q, a.tokens, a.head_dim, x_name, pairs);
+      !m.empty() || !fused)
     return m;
   if (std::string m = check_stream("k", a.k, a.tokens, a.head_dim, x_name, pairs); !m.empty()) return m;
   return pairs == PairChecks::run ? qk_clash(a) : std::string();

@@ -204,7 +204,7 @@ std::string check_prologue_shapes(const Prologue<T, E, W>& c, Pairing pairing) {
 // and v apart from what the call writes.
 template <class T, class E, class W>
 std::string check_prologue_views(const Prologue<T, E, W>& c, std::int64_t head_dim, std::int64_t rotary_dim,
-                                  Pairing pairing, PairChecks pairs) {
+                                 Pairing pairing, PairChecks pairs) {
   const std::int64_t tokens = c.tokens();
   const bool q = c.q_layout.heads > 0;
   const bool k = c.k_layout.heads > 0;
@@ -255,7 +255,8 @@ std::string check_prologue_caches(const Prologue<T, E, W>& c, std::int64_t head_
     if (c.k_cache.head_dim != head_dim)
       return concat("k_cache head_dim (", c.k_cache.head_dim, ") is not the rotator's (", head_dim, ")");
     // (k's view was checked above with head_dim, which is k_cache's)
-    if (std::string m = check_cache_write("k", c.k, c.k_layout, c.slots, "k_cache", c.k_cache, true, false, pairs);
+    if (std::string m =
+            check_cache_write("k", c.k, c.k_layout, c.slots, "k_cache", c.k_cache, true, false, pairs);
         !m.empty())
       return m;
   }
@@ -336,7 +337,8 @@ std::string check_prologue_steps(const Prologue<T, E, W>& c, std::int64_t head_d
                                  Pairing pairing, PairChecks pairs) {
   if (std::string m = check_prologue_shapes(c, pairing); !m.empty()) return m;
   if (std::string m = check_prologue_views(c, head_dim, rotary_dim, pairing, pairs); !m.empty()) return m;
-  if (std::string m = check_prologue_caches(c, head_dim, pairs); !m.empty() || pairs == PairChecks::skip) return m;
+  if (std::string m = check_prologue_caches(c, head_dim, pairs); !m.empty() || pairs == PairChecks::skip)
+    return m;
   if (std::string m = check_prologue_weights(c, head_dim); !m.empty()) return m;
   if (c.has_k_cache() && c.has_v_cache()) {
     if (caches_share_rows(c.k_cache, c.v_cache))
@@ -355,14 +357,16 @@ std::string check_prologue_steps(const Prologue<T, E, W>& c, std::int64_t head_d
 // buffer against another can fail. A view given as input and output counts once; buffers only read
 // may overlap one another; the two caches count as one written region where their rows are apart
 // (caches_share_rows: MLA's latent and k_pe side by side in one row); reads: the row source's and the
-// slot values. Conservative: an overlap the
-// pairwise checks allow (the heads of a packed qkv tensor) answers false. Every written region
-// against every other region: a few dozen comparisons, no allocation, no sort.
+// slot values. Conservative: an overlap the pairwise checks allow (the heads of a packed qkv tensor)
+// answers false. Every written region against every other region: a few dozen comparisons, no
+// allocation, no sort.
 template <class T, class E, class W>
-bool prologue_buffers_apart(const Prologue<T, E, W>& c, std::int64_t head_dim, const ReadExtents& reads) noexcept {
+bool prologue_buffers_apart(const Prologue<T, E, W>& c, std::int64_t head_dim,
+                            const ReadExtents& reads) noexcept {
   // (plain arrays of ends, left uninitialized: zeroing a dozen Extents cost more than the comparisons)
-  constexpr int kWritten = 8;  // q out, k out, two caches, two scales
-  constexpr int kRead = 8 + static_cast<int>(std::tuple_size<ReadExtents>::value);  // + q, k, v, weights, scales
+  // written: q out, k out, two caches, two scales; read: q, k, v, two weights, two scales and the reads
+  constexpr int kWritten = 8;
+  constexpr int kRead = 8 + static_cast<int>(std::tuple_size<ReadExtents>::value);
   std::uintptr_t w_lo[kWritten], w_hi[kWritten], r_lo[kRead], r_hi[kRead];  // NOLINT: filled up to the counts
   int n_written = 0;
   int n_read = 0;

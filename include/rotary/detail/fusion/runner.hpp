@@ -304,8 +304,9 @@ class PrologueRunner {
         E* const first = c_.v_cache.row(v_slot, 0);
         for (std::int64_t h = 0; h < c_.v_layout.heads; ++h)
           store_row(first + h * c_.v_cache.head_stride,
-                    c_.v + (t + i) * c_.v_layout.token_stride + h * c_.v_layout.head_stride, c_.v_cache.head_dim,
-                    c_.v_cache.row_scale(v_slot, h), inverse_head_scale(c_.v_cache, h), kern_.cache_row);
+                    c_.v + (t + i) * c_.v_layout.token_stride + h * c_.v_layout.head_stride,
+                    c_.v_cache.head_dim, c_.v_cache.row_scale(v_slot, h), inverse_head_scale(c_.v_cache, h),
+                    kern_.cache_row);
       }
   }
 
@@ -338,8 +339,9 @@ std::string check_fused_call(const R& r, const Prologue<T, E, W>& c, const Sourc
   const std::int64_t tokens = c.tokens();
   ReadExtents reads = rotates ? reads_of(src, tokens) : ReadExtents{};
   if (c.has_k_cache() || c.has_v_cache()) reads.back() = ReadExtent{"the slots", c.slots.values_extent()};
-  const bool apart = check_prologue_steps(c, r.head_dim(), r.rotary_dim(), r.pairing(), PairChecks::skip).empty() &&
-                     prologue_buffers_apart(c, r.head_dim(), reads);
+  const bool apart =
+      check_prologue_steps(c, r.head_dim(), r.rotary_dim(), r.pairing(), PairChecks::skip).empty() &&
+      prologue_buffers_apart(c, r.head_dim(), reads);
   if (!apart) {
     if (std::string m = check_prologue_steps(c, r.head_dim(), r.rotary_dim(), r.pairing(), PairChecks::run);
         !m.empty())
