@@ -135,18 +135,24 @@ void mla_rope(const R& rope, detail::identity_t<T>* q, const MlaQuery& shape, co
     throw error(detail::concat("MLA cache must be one head of latent_dim + rope_dim (", rope_dim,
                                ") values per slot; it has ", cache.heads, " heads of ", cache.head_dim));
   const std::ptrdiff_t head = shape.nope_dim + rope_dim;
+  // The two side-by-side views of the checked cache: a view's column range of valid rows is valid (the
+  // same strides, scales and blocks), so they are cut without strided()'s checks, which the call's own
+  // cache checks repeat.
+  KvCacheView<E> k_pe_view = cache;
+  k_pe_view.data = cache.data + latent_dim;
+  k_pe_view.head_dim = rope_dim;
+  k_pe_view.head_stride = rope_dim;
+  KvCacheView<E> latent_view = cache;
+  latent_view.head_dim = latent_dim;
+  latent_view.head_stride = latent_dim;
   Prologue<T, E, T> c;
   c.rotate_q_in_place(q + shape.nope_dim,
                       {shape.tokens, shape.heads, shape.token_stride != 0 ? shape.token_stride : shape.heads * head, head});
   c.write_kv(k_pe, {shape.tokens, 1, k_pe_stride != 0 ? k_pe_stride : rope_dim, rope_dim}, latent,
-             {shape.tokens, 1, latent_stride != 0 ? latent_stride : latent_dim, latent_dim},
-             KvCacheView<E>::strided(cache.data + latent_dim, cache.blocks, cache.block_size, 1, rope_dim,
-                                     cache.block_stride, cache.slot_stride, rope_dim, cache.scales),
-             KvCacheView<E>::strided(cache.data, cache.blocks, cache.block_size, 1, latent_dim, cache.block_stride,
-                                     cache.slot_stride, latent_dim, cache.scales),
-             slots);
+             {shape.tokens, 1, latent_stride != 0 ? latent_stride : latent_dim, latent_dim}, k_pe_view,
+             latent_view, slots);
   c.deinterleave = interleaved_in;
-  detail::prologue(true, rope, c, positions, parallel);
+  detail::prologue(true, rope, c, positions, parallel, detail::CachePair::columns_of_one);
 }
 
 // ---- the unfused ops (the reference composition, and for engines that need one step alone) --------

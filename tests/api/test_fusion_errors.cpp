@@ -738,3 +738,47 @@ TEST(FusedErrors, SkippedPairChecksWouldAllPass) {
   EXPECT_GT(refused, cases / 4);
   EXPECT_GT(cases - refused - apart, cases / 100);  // valid, yet only the whole sequence can say so
 }
+
+// mla_rope cuts its two caches from the caller's checked cache view, [latent | k_pe] column ranges of
+// each slot row, without checking them again (CachePair::columns_of_one: no test of one against the
+// other). Over random geometries (strides with and without gaps, rows that fill their slot or not,
+// one or many blocks), every cache that passes its check gives two views that pass theirs and whose
+// rows never meet; and some caches are refused, so the geometries reach the checks' edges.
+TEST(FusedErrors, MlaColumnRangesOfACheckedCacheNeverMeet) {
+  std::mt19937_64 rng(rotary_test::seed() + 29);
+  const auto pick = [&](std::int64_t lo, std::int64_t hi) {
+    return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng);
+  };
+  std::vector<float> arena(4096);
+  int valid = 0, refused = 0;
+  for (int i = 0; i < 20000; ++i) {
+    const std::int64_t rope_dim = 2 * pick(1, 4), latent = pick(1, 12), d = latent + rope_dim;
+    const std::int64_t blocks = pick(1, 4), block_size = pick(1, 4);
+    const std::int64_t slot_stride = pick(d - 3, d + 4);
+    const std::int64_t block_stride = pick((block_size - 1) * slot_stride, block_size * slot_stride + 8);
+    KvCacheView<float> cache;
+    cache.data = arena.data() + pick(0, 16);
+    cache.blocks = blocks;
+    cache.block_size = block_size;
+    cache.heads = 1;
+    cache.head_dim = d;
+    cache.block_stride = block_stride;
+    cache.slot_stride = slot_stride;
+    cache.head_stride = d;
+    if (!cache.check().empty()) {
+      ++refused;
+      continue;
+    }
+    ++valid;
+    KvCacheView<float> k_pe = cache, lat = cache;  // as mla_rope cuts them
+    k_pe.data = cache.data + latent;
+    k_pe.head_dim = k_pe.head_stride = rope_dim;
+    lat.head_dim = lat.head_stride = latent;
+    ASSERT_EQ(k_pe.check(), "") << "case " << i;
+    ASSERT_EQ(lat.check(), "") << "case " << i;
+    ASSERT_FALSE(rotary::detail::caches_share_rows(k_pe, lat)) << "case " << i;
+    ASSERT_FALSE(rotary::detail::caches_share_rows(lat, k_pe)) << "case " << i;
+  }
+  EXPECT_GT(valid, 2000);
+  EXPECT_GT(refused, 2000);
+}

@@ -352,6 +352,10 @@ std::string check_prologue_steps(const Prologue<T, E, W>& c, std::int64_t head_d
   return {};
 }
 
+// How a fused call's two caches came to it: as given (any two views), or cut by the call itself from one
+// checked cache view as two column ranges of its rows (MLA's [latent | k_pe]), whose rows cannot meet.
+enum class CachePair { given, columns_of_one };
+
 // Whether no buffer the call writes shares a byte with any other buffer it touches, by byte extents
 // (every buffer valid on its own: check_prologue_steps without pairs passed). Then no check of one
 // buffer against another can fail. A view given as input and output counts once; buffers only read
@@ -361,8 +365,8 @@ std::string check_prologue_steps(const Prologue<T, E, W>& c, std::int64_t head_d
 // answers false. Every written region against every other region: a few dozen comparisons, no
 // allocation, no sort.
 template <class T, class E, class W>
-bool prologue_buffers_apart(const Prologue<T, E, W>& c, std::int64_t head_dim,
-                            const ReadExtents& reads) noexcept {
+bool prologue_buffers_apart(const Prologue<T, E, W>& c, std::int64_t head_dim, const ReadExtents& reads,
+                            CachePair caches = CachePair::given) noexcept {
   // (plain arrays of ends, left uninitialized: zeroing a dozen Extents cost more than the comparisons)
   // written: q out, k out, two caches, two scales; read: q, k, v, two weights, two scales and the reads
   constexpr int kWritten = 8;
@@ -407,7 +411,7 @@ bool prologue_buffers_apart(const Prologue<T, E, W>& c, std::int64_t head_dim,
   const Extent k_cache = c.k_cache.extent();
   const Extent v_cache = c.v_cache.extent();
   if (overlap(k_cache, v_cache)) {
-    if (caches_share_rows(c.k_cache, c.v_cache)) return false;
+    if (caches == CachePair::given && caches_share_rows(c.k_cache, c.v_cache)) return false;
     add(Extent{std::min(k_cache.lo, v_cache.lo), std::max(k_cache.hi, v_cache.hi)}, true);
   } else {
     add(k_cache, true);

@@ -201,17 +201,18 @@ class PrologueRunner {
     return block_size_ > 0 ? c_.slots.slot(t, block_size_) : -1;
   }
 
-  // Input rows of tokens [t, t + n): the caller's, or scratch rows deinterleaved first.
-  StreamArgs<T> input(const T* x, const StridedLayout& l, bool pre, ScratchBuffer<T>& scratch, std::int64_t t,
-                      std::int64_t n) const noexcept {
-    StreamArgs<T> s;
+  // s's input rows of tokens [t, t + n): the caller's, or scratch rows deinterleaved first. (Set field
+  // by field in the KernelArgs the kernel reads: a StreamArgs built apart and copied in reloads its
+  // fresh 8-byte stores 16 bytes at a time, which the store buffer cannot forward.)
+  void set_input(StreamArgs<T>& s, const T* x, const StridedLayout& l, bool pre, ScratchBuffer<T>& scratch,
+                 std::int64_t t, std::int64_t n) const noexcept {
     s.heads = l.heads;
     const T* first = x + t * l.token_stride;
     if (!pre) {
       s.in = first;
       s.in_token_stride = l.token_stride;
       s.in_head_stride = l.head_stride;
-      return s;
+      return;
     }
     for (std::int64_t i = 0; i < n; ++i) {
       T* rows = scratch.data() + i * l.heads * d_;
@@ -221,7 +222,6 @@ class PrologueRunner {
     s.in = scratch.data();
     s.in_token_stride = l.heads * d_;
     s.in_head_stride = d_;
-    return s;
   }
 
   static void set_out(StreamArgs<T>& s, T* out, std::ptrdiff_t token_stride, std::ptrdiff_t head_stride) noexcept {
@@ -259,27 +259,29 @@ class PrologueRunner {
       a.pairing = pairing_;
       a.rows = rows.skip(t);
       a.prefetch = prefetch_;
+      // k's heads are the kernel's first stream when q has none (a kernel's q is always present)
+      StreamArgs<T>& ks = q ? a.k : a.q;
       if (q) {
-        a.q = input(c_.q, c_.q_layout, pre_q_, q_in_, t, n);
+        set_input(a.q, c_.q, c_.q_layout, pre_q_, q_in_, t, n);
         set_out(a.q, c_.q_out + t * c_.q_out_layout.token_stride, c_.q_out_layout.token_stride,
                 c_.q_out_layout.head_stride);
         norm_into_out(a.q, kern_.q_norm, n);
       }
       if (k) {
-        a.k = input(c_.k, c_.k_layout, pre_k_, k_in_, t, n);
+        set_input(ks, c_.k, c_.k_layout, pre_k_, k_in_, t, n);
         if (k_out)
-          set_out(a.k, c_.k_out + t * c_.k_out_layout.token_stride, c_.k_out_layout.token_stride,
+          set_out(ks, c_.k_out + t * c_.k_out_layout.token_stride, c_.k_out_layout.token_stride,
                   c_.k_out_layout.head_stride);
         else if (k_direct_)
-          set_out(a.k, reinterpret_cast<T*>(c_.k_cache.row(slot, 0)), c_.k_cache.slot_stride, c_.k_cache.head_stride);
+          set_out(ks, reinterpret_cast<T*>(c_.k_cache.row(slot, 0)), c_.k_cache.slot_stride,
+                  c_.k_cache.head_stride);
         else
-          set_out(a.k, k_out_.data(), hk * d_, d_);
-        norm_into_out(a.k, kern_.k_norm, n);
+          set_out(ks, k_out_.data(), hk * d_, d_);
+        norm_into_out(ks, kern_.k_norm, n);
       }
-      const StreamArgs<T> q_stream = a.q;
-      const StreamArgs<T> k_stream = a.k;
-      if (!q) std::swap(a.q, a.k);
       kern_.rotate(a, 0, n);
+      const StreamArgs<T>& q_stream = a.q;
+      const StreamArgs<T>& k_stream = ks;
       for (std::int64_t i = 0; i < n; ++i) {
         if (kern_.l2_after.enabled) {
           if (q)
@@ -335,13 +337,14 @@ class PrologueRunner {
 // own run. Otherwise (and whenever a test fails) the whole sequence does, so a message is always the
 // first the whole sequence finds.
 template <class R, class T, class E, class W, class Source>
-std::string check_fused_call(const R& r, const Prologue<T, E, W>& c, const Source& src, bool rotates) {
+std::string check_fused_call(const R& r, const Prologue<T, E, W>& c, const Source& src, bool rotates,
+                             CachePair caches = CachePair::given) {
   const std::int64_t tokens = c.tokens();
   ReadExtents reads = rotates ? reads_of(src, tokens) : ReadExtents{};
   if (c.has_k_cache() || c.has_v_cache()) reads.back() = ReadExtent{"the slots", c.slots.values_extent()};
   const bool apart =
       check_prologue_steps(c, r.head_dim(), r.rotary_dim(), r.pairing(), PairChecks::skip).empty() &&
-      prologue_buffers_apart(c, r.head_dim(), reads);
+      prologue_buffers_apart(c, r.head_dim(), reads, caches);
   if (!apart) {
     if (std::string m = check_prologue_steps(c, r.head_dim(), r.rotary_dim(), r.pairing(), PairChecks::run);
         !m.empty())
@@ -359,11 +362,11 @@ std::string check_fused_call(const R& r, const Prologue<T, E, W>& c, const Sourc
 
 template <class R, class T, class E, class W>
 void prologue(bool checked, const R& r, const Prologue<T, E, W>& c, const rotator_positions_t<R>& p,
-              const ParallelFor& parallel) {
+              const ParallelFor& parallel, CachePair caches = CachePair::given) {
   const std::int64_t tokens = c.tokens();
   const bool rotates = c.q_layout.heads > 0 || c.k_layout.heads > 0;
   rotator_traits<R>::with_rows(r, p, Direction::forward, [&](const auto& src) {
-    require(checked, [&] { return check_fused_call(r, c, src, rotates); });
+    require(checked, [&] { return check_fused_call(r, c, src, rotates, caches); });
     PrologueKernels<T> kernels;
     kernels.rotate = select_kernel<T>();
     kernels.norm = select_norm_kernel<T>();
