@@ -179,9 +179,11 @@ inline Isa active_isa() {
 // rotary_dim == head_dim and a multiple of 128 bytes, and every output row starts on a 64-byte
 // boundary (pointer and strides); other calls (16-bit storage among them), other ISAs and the fused
 // ops use plain stores. The bits are the same either way.
-// The default is the size of the CPU's last-level cache as cpuid describes it (outputs that large
-// cannot stay in it for the next op anyway); never where cpuid describes none. memcpy makes the same
-// choice at its own threshold (glibc: about 3/4 of the last-level cache's share per thread).
+// The default is 3/8 of the CPU's last-level cache as cpuid describes it: from there a call's output
+// and its input (as much again) fill more than 3/4 of that cache, so the output cannot stay in it for
+// the next op anyway; never where cpuid describes none. memcpy makes the same choice at its own
+// threshold (glibc 2.36: 3/4 of the last-level cache's share per thread, which is 3/8 of it where two
+// threads share it, as on 2-vCPU VMs).
 //   environment  ROTARY_STREAM_MIN_BYTES=<bytes>|never   read once, at the first call that runs
 //   code         rotary::set_stream_min_bytes(bytes)     overrides the environment
 // A value that is not a decimal count of bytes (or "never") throws rotary::error, from the first
@@ -199,7 +201,7 @@ inline std::atomic<std::int64_t>& stream_min_bytes_state() noexcept {
 
 inline std::int64_t default_stream_min_bytes() noexcept {
   const std::int64_t llc = cpu_features().last_level_cache_bytes;
-  return llc > 0 ? llc : kStreamNever;
+  return llc > 0 ? llc / 8 * 3 : kStreamNever;
 }
 
 // ROTARY_STREAM_MIN_BYTES, or the default if it is unset or empty. Throws on a bad value.

@@ -224,9 +224,9 @@ TEST(StreamStores, Threshold) {
   EXPECT_EQ(rotary::stream_min_bytes(), 12345);
   rotary::set_stream_min_bytes(rotary::kStreamNever);
   EXPECT_EQ(rotary::stream_min_bytes(), rotary::kStreamNever);
-  // the default: the last-level cache cpuid describes, or never
+  // the default: 3/8 of the last-level cache cpuid describes, or never
   const std::int64_t llc = rotary::detail::cpu_features().last_level_cache_bytes;
-  EXPECT_EQ(rotary::detail::default_stream_min_bytes(), llc > 0 ? llc : rotary::kStreamNever);
+  EXPECT_EQ(rotary::detail::default_stream_min_bytes(), llc > 0 ? llc / 8 * 3 : rotary::kStreamNever);
   EXPECT_GE(llc, 0);
 }
 
