@@ -266,11 +266,20 @@ struct CacheOps {
     const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
     _mm_storel_epi64(reinterpret_cast<__m128i*>(out), _mm_packs_epi16(w, w));
   }
+  // Each vector's codes narrowed on their own (avx512.hpp's kPack).
+  static constexpr std::size_t kPack = 1;
+  static ROTARY_AVX2_INLINE void int8_n(const __m256 (&y)[kPack], std::int8_t* out) noexcept {
+    int8(y[0], out);
+  }
+  static ROTARY_AVX2_INLINE void fp8_n(const __m256 (&y)[kPack], std::uint8_t* out) noexcept {
+    fp8(y[0], out);
+  }
   // 8 codes of fp8_e4m3_code(y).
   static ROTARY_AVX2_INLINE void fp8(__m256 y, std::uint8_t* out) noexcept {
     const __m256i u = _mm256_castps_si256(y);
     const __m256i a = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
-    // normal results: drop 20 mantissa bits to even, rebias, at most 0x7e
+    // normal results: drop 20 mantissa bits to even, rebias, at most 0x7e (448: the min clamps larger
+    // values and infinities too, whose rebiased exponents stay positive: a + 0x80000 < 2^32)
     const __m256i rounded = _mm256_add_epi32(_mm256_add_epi32(a, _mm256_set1_epi32(0x7ffff)),
                                              _mm256_and_si256(_mm256_srli_epi32(a, 20), _mm256_set1_epi32(1)));
     __m256i r = _mm256_min_epi32(_mm256_sub_epi32(_mm256_srli_epi32(rounded, 20), _mm256_set1_epi32(120 << 3)),
@@ -280,7 +289,6 @@ struct CacheOps {
     const __m256 scaled = _mm256_mul_ps(_mm256_castsi256_ps(_mm256_and_si256(a, small)), _mm256_set1_ps(512.0f));
     const __m256i sub = _mm256_cvttps_epi32(_mm256_round_ps(scaled, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     r = _mm256_blendv_epi8(r, sub, small);
-    r = _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7e), _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x43dfffff)));
     r = _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7f), _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7f800000)));
     r = _mm256_or_si256(r, _mm256_and_si256(_mm256_srli_epi32(u, 24), _mm256_set1_epi32(0x80)));
     const __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));

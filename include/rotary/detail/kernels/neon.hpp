@@ -226,11 +226,20 @@ struct CacheOps {
     const std::uint32_t w4 = vget_lane_u32(vreinterpret_u32_s8(b), 0);
     std::memcpy(out, &w4, sizeof w4);
   }
+  // Each vector's codes narrowed on their own (avx512.hpp's kPack).
+  static constexpr std::size_t kPack = 1;
+  static ROTARY_ALWAYS_INLINE void int8_n(const float32x4_t (&y)[kPack], std::int8_t* out) noexcept {
+    int8(y[0], out);
+  }
+  static ROTARY_ALWAYS_INLINE void fp8_n(const float32x4_t (&y)[kPack], std::uint8_t* out) noexcept {
+    fp8(y[0], out);
+  }
   // 4 codes of fp8_e4m3_code(y).
   static ROTARY_ALWAYS_INLINE void fp8(float32x4_t y, std::uint8_t* out) noexcept {
     const uint32x4_t u = vreinterpretq_u32_f32(y);
     const uint32x4_t a = vandq_u32(u, vdupq_n_u32(0x7fffffffu));
-    // normal results: drop 20 mantissa bits to even, rebias, at most 0x7e
+    // normal results: drop 20 mantissa bits to even, rebias, at most 0x7e (448: the min clamps larger
+    // values and infinities too, whose rebiased exponents stay positive: a + 0x80000 < 2^32)
     const uint32x4_t rounded = vaddq_u32(vaddq_u32(a, vdupq_n_u32(0x7ffffu)), vandq_u32(vshrq_n_u32(a, 20), vdupq_n_u32(1u)));
     uint32x4_t r = vreinterpretq_u32_s32(vminq_s32(
         vsubq_s32(vreinterpretq_s32_u32(vshrq_n_u32(rounded, 20)), vdupq_n_s32(120 << 3)), vdupq_n_s32(0x7e)));
@@ -238,7 +247,6 @@ struct CacheOps {
     const uint32x4_t small = vcltq_u32(a, vdupq_n_u32(0x3c800000u));
     const float32x4_t scaled = vmulq_n_f32(vreinterpretq_f32_u32(vandq_u32(a, small)), 512.0f);
     r = vbslq_u32(small, vcvtq_u32_f32(vrndnq_f32(scaled)), r);
-    r = vbslq_u32(vcgeq_u32(a, vdupq_n_u32(0x43e00000u)), vdupq_n_u32(0x7eu), r);
     r = vbslq_u32(vcgtq_u32(a, vdupq_n_u32(0x7f800000u)), vdupq_n_u32(0x7fu), r);
     r = vorrq_u32(r, vandq_u32(vshrq_n_u32(u, 24), vdupq_n_u32(0x80u)));
     const uint16x4_t h = vmovn_u32(r);

@@ -16,10 +16,26 @@
 // the result), then per value the f32 multiply and explicitly rounded conversion of int8_code (rows
 // below absmax 3.7e-37, whose multiplier is kept in double, go to cache_codes whole).
 // f16 and bf16 codes use the ISA's own storage lanes (the rotate kernels' rounding).
+// P vectors of values from `in`, each multiplied by f (the int8 / fp8 codes' input).
+template <class S, std::size_t P>
+struct Scaled {
+  typename S::V y[P];
+};
+template <class S, std::size_t P>
+ROTARY_KERNEL_INLINE Scaled<S, P> scaled(const typename S::T* in, typename S::V f) noexcept {
+  Scaled<S, P> r;
+  for (std::size_t p = 0; p < P; ++p)
+    r.y[p] = F32::mul(S::load(in + static_cast<std::ptrdiff_t>(p) * S::L), f);
+  return r;
+}
+
 template <class S>
 ROTARY_KERNEL_TARGET void cache_row_impl(const CacheRowArgs<typename S::T>& a) noexcept {
   static_assert(S::L == CacheOps::L, "one f32 vector of input per vector of codes");
   constexpr int L = S::L;
+  // vectors whose int8 / fp8 codes are narrowed and stored together
+  constexpr std::size_t P = CacheOps::kPack;
+  constexpr auto PL = static_cast<std::int64_t>(P) * L;
   const typename S::T* in = a.in;
   const std::int64_t full = a.n - a.n % L;
   Int8Inv inv;
@@ -37,11 +53,15 @@ ROTARY_KERNEL_TARGET void cache_row_impl(const CacheRowArgs<typename S::T>& a) n
     }
     auto* out = static_cast<std::int8_t*>(a.out);
     const typename S::V f = F32::set1(inv.f);
-    for (std::int64_t j = 0; j < full; j += L) CacheOps::int8(F32::mul(S::load(in + j), f), out + j);
+    std::int64_t j = 0;
+    for (; j + PL <= full; j += PL) CacheOps::int8_n(scaled<S, P>(in + j, f).y, out + j);
+    for (; j < full; j += L) CacheOps::int8(F32::mul(S::load(in + j), f), out + j);
   } else if (a.code == CacheCode::fp8_e4m3) {
     const typename S::V f = F32::set1(a.inv_scale);
     auto* out = static_cast<std::uint8_t*>(a.out);
-    for (std::int64_t j = 0; j < full; j += L) CacheOps::fp8(F32::mul(S::load(in + j), f), out + j);
+    std::int64_t j = 0;
+    for (; j + PL <= full; j += PL) CacheOps::fp8_n(scaled<S, P>(in + j, f).y, out + j);
+    for (; j < full; j += L) CacheOps::fp8(F32::mul(S::load(in + j), f), out + j);
   } else if (a.code == CacheCode::f16) {
     auto* out = static_cast<f16*>(a.out);
     for (std::int64_t j = 0; j < full; j += L) F16::store(out + j, S::load(in + j));
