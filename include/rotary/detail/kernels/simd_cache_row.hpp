@@ -10,12 +10,6 @@
 
 // ---- KV-cache rows -------------------------------------------------------------------------------
 
-// One cache row (CacheRowArgs) with lane ops S for the input and the ISA's CacheOps for the codes,
-// scalar::cache_row's bits: whole vectors of L values, the last n % L by quantize.hpp's cache_codes.
-// int8 takes two passes: the largest |x| bits by unsigned integer maxima (their order cannot change
-// the result), then per value the f32 multiply and explicitly rounded conversion of int8_code (rows
-// below absmax 3.7e-37, whose multiplier is kept in double, go to cache_codes whole).
-// f16 and bf16 codes use the ISA's own storage lanes (the rotate kernels' rounding).
 // P vectors of values from `in`, each multiplied by f (the int8 / fp8 codes' input).
 template <class S, std::size_t P>
 struct Scaled {
@@ -29,6 +23,12 @@ ROTARY_KERNEL_INLINE Scaled<S, P> scaled(const typename S::T* in, typename S::V 
   return r;
 }
 
+// One cache row (CacheRowArgs) with lane ops S for the input and the ISA's CacheOps for the codes,
+// scalar::cache_row's bits: whole vectors of L values, the last n % L by quantize.hpp's cache_codes.
+// int8 takes two passes: the largest |x| bits by unsigned integer maxima (their order cannot change
+// the result), then per value the f32 multiply and explicitly rounded conversion of int8_code (rows
+// below absmax 3.7e-37, whose multiplier is kept in double, go to cache_codes whole).
+// f16 and bf16 codes use the ISA's own storage lanes (the rotate kernels' rounding).
 template <class S>
 ROTARY_KERNEL_TARGET void cache_row_impl(const CacheRowArgs<typename S::T>& a) noexcept {
   static_assert(S::L == CacheOps::L, "one f32 vector of input per vector of codes");
