@@ -183,7 +183,7 @@ inline Isa active_isa() {
 // and its input (as much again) fill more than 3/4 of that cache, so the output cannot stay in it for
 // the next op anyway; never where cpuid describes none. memcpy makes the same choice at its own
 // threshold (glibc 2.36: 3/4 of the last-level cache's share per thread, which is 3/8 of it where two
-// threads share it, as on 2-vCPU VMs).
+// threads share it).
 //   environment  ROTARY_STREAM_MIN_BYTES=<bytes>|never   read once, at the first call that runs
 //   code         rotary::set_stream_min_bytes(bytes)     overrides the environment
 // A value that is not a decimal count of bytes (or "never") throws rotary::error, from the first

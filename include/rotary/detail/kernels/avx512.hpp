@@ -350,8 +350,8 @@ struct CacheOps {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm512_maskz_cvtepi32_epi8(all, int8_codes(y)));
   }
   // The codes of kPack vectors are narrowed together (cache_row_impl): two packs of dwords to words,
-  // one of words to bytes, a dword permute and one 64-byte store, where each vector's own narrowing
-  // (vpmovdb) costs 2 uops on Intel and about 2.5 cycles on Zen 4 and 5 (llvm-mca-19).
+  // one of words to bytes, a dword permute and one 64-byte store, cheaper than each vector's own
+  // narrowing (vpmovdb) on the cores measured (docs/fusion.md).
   static constexpr std::size_t kPack = 4;
   // The packs work within 128-bit lanes: dword 4i + k of theirs holds vector k's codes 4i..4i+3.
   static ROTARY_AVX512_INLINE void store_packed(void* out, __m512i b) noexcept {
