@@ -44,6 +44,7 @@ stage() {
 }
 
 stage 1 "dependencies (cmake/deps.sh bench)" bash cmake/deps.sh bench
+bash cmake/clear_stale_build.sh build/bench build/bench-native
 stage 2 "building build/bench (no -m flags)" cmake --workflow --preset bench
 stage 3 "building build/bench-native (-march=native)" cmake --workflow --preset bench-native
 

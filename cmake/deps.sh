@@ -3,7 +3,7 @@
 # Usage: cmake/deps.sh [tests|bench|cross|lint|fuzz|torch|mca]...   (no argument: tests)
 set -euo pipefail
 
-pkgs=(cmake g++ libeigen3-dev)
+pkgs=(cmake ninja-build g++ libeigen3-dev)  # ninja-build: the presets' generator
 for what in "${@:-tests}"; do
   case "$what" in
     tests) pkgs+=(clang googletest libgtest-dev libbenchmark-dev nlohmann-json3-dev) ;;

@@ -31,6 +31,7 @@ esac
 
 bash cmake/deps.sh tests lint
 build=build/lint
+bash cmake/clear_stale_build.sh "$build"
 # Header-only (ROTARY_DEV_SEPARATE_KERNELS off): each TU then holds the kernel bodies it calls, where
 # clang-tidy's checks see them.
 # No precompiled header (ROTARY_DEV_PCH): nothing is built here, and clang-tidy reads each TU whole.

@@ -35,6 +35,7 @@ stage() {  # stage NAME COMMAND...: run, time, and say so
 
 if [[ $mode == quick ]]; then
   bash cmake/deps.sh tests
+  bash cmake/clear_stale_build.sh build/quick
   stage "quick suite (workflow preset 'quick')" cmake --workflow --preset quick
   echo "=== rotary: quick suite passed (bash tests/run.sh --full runs everything CI runs) ==="
   exit 0
@@ -43,6 +44,7 @@ fi
 bash cmake/deps.sh tests cross fuzz lint torch
 export ROTARY_FUZZ_SECONDS="${ROTARY_FUZZ_SECONDS:-30}"  # read by tests/fuzz/run_fuzzer.sh
 for preset in gcc clang sanitize aarch64 tsan fuzz; do
+  bash cmake/clear_stale_build.sh "build/$preset"
   stage "workflow preset '$preset'" cmake --workflow --preset "$preset"
 done
 stage "every CMake build type, both compilers (tests/build_types.sh)" bash tests/build_types.sh
