@@ -230,6 +230,26 @@ TEST(StreamStores, Threshold) {
   EXPECT_GE(llc, 0);
 }
 
+#if ROTARY_X86_KERNELS
+// AMD's legacy cache leaves (the fallback where 0x8000001D describes nothing), register values laid
+// out as AMD's manual gives them: a Zen 5 core's 48 KiB L1d, 1 MiB L2 and 32 MiB L3 (the low bits:
+// associativity and line size, which the sizes must ignore).
+TEST(CpuFeatures, AmdLegacyCacheLeaves) {
+  constexpr unsigned l1_ecx = 48u << 24 | 0x0C0140u;
+  constexpr unsigned l2_ecx = 1024u << 16 | 0x6140u;
+  constexpr unsigned l3_edx = 64u << 18 | 0x9140u;
+  using rotary::detail::amd_legacy_cache_bytes;
+  static_assert(amd_legacy_cache_bytes(l1_ecx, l2_ecx, l3_edx, true) == 48 * 1024);
+  EXPECT_EQ(amd_legacy_cache_bytes(l1_ecx, l2_ecx, l3_edx, false), std::int64_t{32} << 20);
+  EXPECT_EQ(amd_legacy_cache_bytes(l1_ecx, l2_ecx, 0x9140u, false), std::int64_t{1} << 20);  // no L3: the L2
+  EXPECT_EQ(amd_legacy_cache_bytes(0, 0, 0, false), 0);  // nothing described: 0, never streamed
+  EXPECT_EQ(amd_legacy_cache_bytes(0, 0, 0, true), 0);
+  // the widest fields
+  EXPECT_EQ(amd_legacy_cache_bytes(~0u, ~0u, ~0u, false), std::int64_t{0x3FFF} * 512 * 1024);
+  EXPECT_EQ(amd_legacy_cache_bytes(~0u, ~0u, ~0u, true), 255 * 1024);
+}
+#endif
+
 // ROTARY_STREAM_MIN_BYTES is read at a process's first call (as ROTARY_MAX_ISA): each value in a
 // fresh process. Exit code 7 when the threshold read equals `expect`, 42 after printing the error.
 [[noreturn]] void exit_with_stream_min_bytes(const char* env_value, std::int64_t expect) {

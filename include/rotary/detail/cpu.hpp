@@ -72,16 +72,36 @@ inline std::int64_t largest_cache_bytes(unsigned leaf, bool level_one = false) n
   return best;
 }
 
+// AMD's legacy cache leaves, for CPUs and hypervisors that describe no caches in 0x8000001D (no
+// TOPOEXT: a 2-vCPU Zen 5 VM ran with every output unstreamed and the level-1 choice defaulted for
+// it): 0x80000005 ECX[31:24] the L1 data cache in KiB; 0x80000006 ECX[31:16] the L2 in KiB and
+// EDX[31:18] the L3 in 512 KiB units (0: none). The largest of L2 and L3, or with level_one the L1's.
+constexpr std::int64_t amd_legacy_cache_bytes(unsigned l1_ecx, unsigned l2_ecx, unsigned l3_edx,
+                                              bool level_one) noexcept {
+  if (level_one) return static_cast<std::int64_t>((l1_ecx >> 24) & 0xFFu) * 1024;
+  const auto l2 = static_cast<std::int64_t>((l2_ecx >> 16) & 0xFFFFu) * 1024;
+  const auto l3 = static_cast<std::int64_t>((l3_edx >> 18) & 0x3FFFu) * 512 * 1024;
+  return l2 > l3 ? l2 : l3;
+}
+
 inline std::int64_t detect_cache_bytes(bool intel, unsigned max_leaf, bool level_one) noexcept {
   if (intel) return max_leaf >= 4 ? largest_cache_bytes(4, level_one) : 0;
   const auto max_ext = static_cast<unsigned>(__get_cpuid_max(0x80000000u, nullptr));
-  if (max_ext < 0x8000001Du) return 0;
   unsigned a = 0;
   unsigned b = 0;
   unsigned c = 0;
   unsigned d = 0;
-  __cpuid(0x80000001u, a, b, c, d);
-  return ((c >> 22) & 1u) != 0 ? largest_cache_bytes(0x8000001Du, level_one) : 0;  // TOPOEXT
+  if (max_ext >= 0x8000001Du) {
+    __cpuid(0x80000001u, a, b, c, d);
+    if (((c >> 22) & 1u) != 0) {  // TOPOEXT
+      if (const std::int64_t bytes = largest_cache_bytes(0x8000001Du, level_one); bytes > 0) return bytes;
+    }
+  }
+  if (max_ext < 0x80000006u) return 0;
+  __cpuid(0x80000005u, a, b, c, d);
+  const unsigned l1_ecx = c;
+  __cpuid(0x80000006u, a, b, c, d);
+  return amd_legacy_cache_bytes(l1_ecx, c, d, level_one);
 }
 #endif
 
