@@ -173,6 +173,18 @@ std::string build_description() {
   } catch (const rotary::error& e) {
     s += std::string("; streaming: ") + e.what();
   }
+#if ROTARY_X86_KERNELS
+  // the caches rotary's cpuid reading found (its tuning reads them: the streaming threshold above and
+  // the fused QK-norm's chunk); 0 where cpuid describes none
+  {
+    const auto& f = rotary::detail::cpu_features();
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "; cpuid: L1d %lld KiB, largest cache %lld MiB",
+                  static_cast<long long>(f.l1_data_cache_bytes / 1024),
+                  static_cast<long long>(f.last_level_cache_bytes / 1048576));
+    s += buf;
+  }
+#endif
   return s;
 }
 
