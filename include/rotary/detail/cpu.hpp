@@ -72,10 +72,11 @@ inline std::int64_t largest_cache_bytes(unsigned leaf, bool level_one = false) n
   return best;
 }
 
-// AMD's legacy cache leaves, for CPUs and hypervisors that describe no caches in 0x8000001D (no
-// TOPOEXT: a 2-vCPU Zen 5 VM ran with every output unstreamed and the level-1 choice defaulted for
-// it): 0x80000005 ECX[31:24] the L1 data cache in KiB; 0x80000006 ECX[31:16] the L2 in KiB and
-// EDX[31:18] the L3 in 512 KiB units (0: none). The largest of L2 and L3, or with level_one the L1's.
+// AMD's legacy cache leaves, for CPUs and hypervisors that describe no caches in 0x8000001D (it needs
+// TOPOEXT, which some hypervisors hide; without a fallback such a machine would have no cache
+// described, so no output streamed and the level-1 choices defaulted): 0x80000005 ECX[31:24] the L1
+// data cache in KiB; 0x80000006 ECX[31:16] the L2 in KiB and EDX[31:18] the L3 in 512 KiB units (0:
+// none). The largest of L2 and L3, or with level_one the L1's.
 constexpr std::int64_t amd_legacy_cache_bytes(unsigned l1_ecx, unsigned l2_ecx, unsigned l3_edx,
                                               bool level_one) noexcept {
   if (level_one) return static_cast<std::int64_t>((l1_ecx >> 24) & 0xFFu) * 1024;
