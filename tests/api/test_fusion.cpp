@@ -324,72 +324,82 @@ TEST(CacheRowKernels, Fp8RowsAreTheNearestCodeOfTheScaledValue) {
 
 // Every ISA's norm_rows gives the scalar kernel's bits (row lengths with and without the register
 // form and the scalar tail, unaligned rows, with and without weights, out of place and in place,
-// 11 rows: batches of 4 and the rows left over), and the scalar kernel is
-// within 4 ulp(compute type) of x / sqrt(mean(x^2) + eps) * w computed in double (relative to the
+// 4 rows (one batch) and 13 (three batches, pipelined for 16-bit types, and a row left over)), and
+// the scalar kernel is
+// within 4 ulp(compute type) of x / sqrt(mean(x^2) + eps) * w computed in long double (relative to the
 // row's largest |x * factor * w|, plus half an ulp of the storage type).
 template <class T>
 void check_norm_kernels(std::mt19937_64& rng) {
   using C = rotary::compute_t<T>;
   for (const std::int64_t n : {1, 2, 7, 16, 17, 33, 64, 80, 100, 128, 130, 200, 256, 300}) {
-    SCOPED_TRACE(::testing::Message() << rotary::dtype_name<T>() << " n " << n << " " << rotary_test::seed_note());
-    const std::int64_t rows = 11;
-    const std::int64_t stride = n + 3;  // rows start unaligned
-    const auto x = rotary_test::random_vector<T>(static_cast<std::size_t>(rows * stride + 1), rng, -4.0, 4.0);
-    std::vector<C> w(static_cast<std::size_t>(n));
-    for (auto& v : w) v = static_cast<C>(std::uniform_real_distribution<double>(-2.0, 2.0)(rng));
-    for (const bool weighted : {false, true}) {
-      rotary::detail::NormArgs<T> a;
-      a.in = x.data() + 1;
-      a.in_stride = stride;
-      a.rows = rows;
-      a.n = n;
-      a.weight = weighted ? w.data() : nullptr;
-      a.eps = 1e-6;
-      a.inv_n = 1.0 / static_cast<double>(n);
-      std::vector<T> ref(static_cast<std::size_t>(rows * stride + 1));
-      a.out = ref.data() + 1;
-      a.out_stride = stride;
-      rotary::detail::scalar::norm_rows<T>(a);
-      for (std::int64_t r = 0; r < rows; ++r) {
-        const T* xr = a.in + r * stride;
-        double ss = 0.0;
-        for (std::int64_t i = 0; i < n; ++i) ss += rotary_test::to_d(xr[i]) * rotary_test::to_d(xr[i]);
-        const double f = 1.0 / std::sqrt(ss / static_cast<double>(n) + 1e-6);
-        double top = 0.0;
-        for (std::int64_t i = 0; i < n; ++i)
-          top = std::max(top, std::fabs(rotary_test::to_d(xr[i]) * f * (weighted ? static_cast<double>(w[static_cast<std::size_t>(i)]) : 1.0)));
-        for (std::int64_t i = 0; i < n; ++i) {
-          const double expect =
-              rotary_test::to_d(xr[i]) * f * (weighted ? static_cast<double>(w[static_cast<std::size_t>(i)]) : 1.0);
-          const double got = rotary_test::to_d(ref[static_cast<std::size_t>(1 + r * stride + i)]);
-          const double bound = 4.0 * rotary_test::ulp<C>(top) + 0.5 * rotary_test::ulp<T>(expect);
-          ASSERT_LE(std::fabs(got - expect), bound) << "row " << r << " element " << i;
+    for (const std::int64_t rows : {std::int64_t{4}, std::int64_t{13}}) {
+      SCOPED_TRACE(::testing::Message() << rotary::dtype_name<T>() << " n " << n << " rows " << rows << " "
+                                        << rotary_test::seed_note());
+      const std::int64_t stride = n + 3;  // rows start unaligned
+      const auto x =
+          rotary_test::random_vector<T>(static_cast<std::size_t>(rows * stride + 1), rng, -4.0, 4.0);
+      std::vector<C> w(static_cast<std::size_t>(n));
+      for (auto& v : w) v = static_cast<C>(std::uniform_real_distribution<double>(-2.0, 2.0)(rng));
+      for (const bool weighted : {false, true}) {
+        rotary::detail::NormArgs<T> a;
+        a.in = x.data() + 1;
+        a.in_stride = stride;
+        a.rows = rows;
+        a.n = n;
+        a.weight = weighted ? w.data() : nullptr;
+        a.eps = 1e-6;
+        a.inv_n = 1.0 / static_cast<double>(n);
+        std::vector<T> ref(static_cast<std::size_t>(rows * stride + 1));
+        a.out = ref.data() + 1;
+        a.out_stride = stride;
+        rotary::detail::scalar::norm_rows<T>(a);
+        for (std::int64_t r = 0; r < rows; ++r) {
+          const T* xr = a.in + r * stride;
+          // the reference in long double: for f64 rows a double reference rounds as much as the kernel
+          const auto xl = [&](std::int64_t i) { return static_cast<long double>(rotary_test::to_d(xr[i])); };
+          const auto wl = [&](std::int64_t i) {
+            return weighted ? static_cast<long double>(w[static_cast<std::size_t>(i)]) : 1.0L;
+          };
+          long double ss = 0.0L;
+          for (std::int64_t i = 0; i < n; ++i) ss += xl(i) * xl(i);
+          const long double f =
+              1.0L / std::sqrt(ss / static_cast<long double>(n) + static_cast<long double>(a.eps));
+          long double top = 0.0L;
+          for (std::int64_t i = 0; i < n; ++i) top = std::max(top, std::fabs(xl(i) * f * wl(i)));
+          for (std::int64_t i = 0; i < n; ++i) {
+            const long double expect = xl(i) * f * wl(i);
+            const double got = rotary_test::to_d(ref[static_cast<std::size_t>(1 + r * stride + i)]);
+            const double bound = 4.0 * rotary_test::ulp<C>(static_cast<double>(top)) +
+                                 0.5 * rotary_test::ulp<T>(static_cast<double>(expect));
+            ASSERT_LE(static_cast<double>(std::fabs(static_cast<long double>(got) - expect)), bound)
+                << "row " << r << " element " << i;
+          }
         }
-      }
-      std::vector<std::pair<std::string, rotary::detail::NormKernel<T>>> kernels;
-      for (const rotary::Isa isa : rotary_test::supported_isas())
-        kernels.emplace_back(std::string(rotary::to_string(isa)), rotary::detail::norm_kernel_for<T>(isa));
+        std::vector<std::pair<std::string, rotary::detail::NormKernel<T>>> kernels;
+        for (const rotary::Isa isa : rotary_test::supported_isas())
+          kernels.emplace_back(std::string(rotary::to_string(isa)), rotary::detail::norm_kernel_for<T>(isa));
 #if ROTARY_X86_KERNELS
-      // avx512 bf16 dispatches to vcvtneps2bf16 where the CPU has it: the integer rounding too
-      if (std::is_same_v<T, rotary::bf16> && rotary::isa_supported(rotary::Isa::avx512))
-        kernels.emplace_back("avx512.bf16_integer", &rotary::detail::avx512::norm_rows<T>);
+        // avx512 bf16 dispatches to vcvtneps2bf16 where the CPU has it: the integer rounding too
+        if (std::is_same_v<T, rotary::bf16> && rotary::isa_supported(rotary::Isa::avx512))
+          kernels.emplace_back("avx512.bf16_integer", &rotary::detail::avx512::norm_rows<T>);
 #endif
-      for (const auto& [name, k] : kernels) {
-        ASSERT_NE(k, nullptr);
-        std::vector<T> out(ref.size());
-        a.out = out.data() + 1;
-        k(a);
-        EXPECT_TRUE(same_bytes(out, ref)) << name;
-        std::vector<T> in_place(x);  // in place (RMSNorm of q and k in the fused prologue)
-        rotary::detail::NormArgs<T> b = a;
-        b.in = in_place.data() + 1;
-        b.out = in_place.data() + 1;
-        k(b);
-        for (std::int64_t r = 0; r < rows; ++r)
-          EXPECT_EQ(std::memcmp(in_place.data() + 1 + r * stride, ref.data() + 1 + r * stride,
-                                static_cast<std::size_t>(n) * sizeof(T)),
-                    0)
-              << name << " in place, row " << r;
+        for (const auto& [name, k] : kernels) {
+          ASSERT_NE(k, nullptr);
+          std::vector<T> out(ref.size());
+          a.out = out.data() + 1;
+          k(a);
+          EXPECT_TRUE(same_bytes(out, ref)) << name;
+          std::vector<T> in_place(x);  // in place (RMSNorm of q and k in the fused prologue)
+          rotary::detail::NormArgs<T> b = a;
+          b.in = in_place.data() + 1;
+          b.out = in_place.data() + 1;
+          k(b);
+          for (std::int64_t r = 0; r < rows; ++r)
+            EXPECT_EQ(std::memcmp(in_place.data() + 1 + r * stride, ref.data() + 1 + r * stride,
+                                  static_cast<std::size_t>(n) * sizeof(T)),
+                      0)
+                << name << " in place, row " << r;
+        }
       }
     }
   }

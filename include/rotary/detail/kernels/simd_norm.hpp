@@ -48,19 +48,15 @@ ROTARY_KERNEL_INLINE void scale_row(const typename S::T* x, typename S::T* y, co
   }
 }
 
-// B rows of exactly K vectors each (K * L a multiple of 16): first the B rows' sums and factors
-// (B independent chains of fma, reduction, sqrt and division that overlap), then each row read again
-// (from L1) and scaled. Keeping a row in registers and scaling it as soon as its factor is known
-// is slower: its multiplies wait for the factor's long sqrt-and-divide chain and fill the
-// scheduler, so the next rows cannot start.
-template <class S, int K, int B, bool kWeighted>
-ROTARY_KERNEL_INLINE void norm_rows_batch(const NormArgs<typename S::T>& a, std::int64_t r0,
-                                          const typename S::C* w) noexcept {
+// The factors of B rows of exactly K vectors each (K * L a multiple of 16) from r0 on: B independent
+// chains of fma, reduction, sqrt and division that overlap.
+template <class S, int K, int B>
+ROTARY_KERNEL_INLINE void norm_batch_factors(const NormArgs<typename S::T>& a, std::int64_t r0,
+                                             typename S::C* f) noexcept {
   using C = typename S::C;
   using V = typename S::V;
   using CS = NormLanes<S>;
   constexpr int kVectors = kNormAccumulators / S::L;
-  C f[std::size_t{B}];
 #pragma GCC unroll 4
   for (int g = 0; g < B; ++g) {
     const typename S::T* x = a.in + (r0 + g) * a.in_stride;
@@ -85,6 +81,14 @@ ROTARY_KERNEL_INLINE void norm_rows_batch(const NormArgs<typename S::T>& a, std:
     }
     f[g] = norm_factor(reduce_vectors<S>(acc), a.inv_n, a.eps);
   }
+}
+
+// B rows from r0 on read again (from L1) and scaled by their factors f.
+template <class S, int K, int B, bool kWeighted>
+ROTARY_KERNEL_INLINE void norm_batch_scale(const NormArgs<typename S::T>& a, std::int64_t r0,
+                                           const typename S::C* w, const typename S::C* f) noexcept {
+  using V = typename S::V;
+  using CS = NormLanes<S>;
 #pragma GCC unroll 4
   for (int g = 0; g < B; ++g) {
     const typename S::T* x = a.in + (r0 + g) * a.in_stride;
@@ -115,15 +119,22 @@ ROTARY_KERNEL_INLINE void norm_rows_batch(const NormArgs<typename S::T>& a, std:
   }
 }
 
-// Rows [0, a.rows) of K vectors: four at a time, then one by one.
+// Rows [0, a.rows) of K vectors: four at a time, then one by one. 16-bit rows are software-pipelined:
+// the factors of the next four rows are computed before this four's are scaled, so their long chains
+// (K / (16 / L) dependent fmas, the reduction, a double sqrt and division) run under the scaling
+// instead of after it. Keeping a row in registers and scaling it as soon as its factor is known is
+// slower: its multiplies wait for that chain and fill the scheduler. f32 rows keep the plain order:
+// pipelined, they ran faster from L1 but slower from L2 and beyond (docs/benchmarks.md). Rows are in
+// place or apart (NormArgs), so reading the next rows before writing these changes nothing.
 template <class S, int K, bool kWeighted>
 ROTARY_KERNEL_INLINE void norm_rows_batches(const NormArgs<typename S::T>& a) noexcept {
+  using C = typename S::C;
   constexpr int kBatch = 4;
   constexpr bool kSplit = S::packed_pairs && kWeighted;
   // Packed lanes scale the even- and odd-indexed values of 32 apart: their weights in that order,
   // per 32 the 16 even-indexed, then the 16 odd-indexed.
-  alignas(64) typename S::C split[kSplit ? std::size_t{K} * S::L : 1];
-  const typename S::C* w = a.weight;
+  alignas(64) C split[kSplit ? std::size_t{K} * S::L : 1];
+  const C* w = a.weight;
   if constexpr (kSplit) {
     static_assert(K % 2 == 0, "whole packed vectors");
     for (int k = 0; k < K; k += 2) {
@@ -135,9 +146,30 @@ ROTARY_KERNEL_INLINE void norm_rows_batches(const NormArgs<typename S::T>& a) no
     }
     w = split;
   }
-  std::int64_t r = 0;
-  for (; r + kBatch <= a.rows; r += kBatch) norm_rows_batch<S, K, kBatch, kWeighted>(a, r, w);
-  for (; r < a.rows; ++r) norm_rows_batch<S, K, 1, kWeighted>(a, r, w);
+  const std::int64_t whole = a.rows - a.rows % kBatch;
+  if constexpr (std::is_same_v<typename S::T, C>) {
+    for (std::int64_t r = 0; r < whole; r += kBatch) {
+      C f[kBatch];
+      norm_batch_factors<S, K, kBatch>(a, r, f);
+      norm_batch_scale<S, K, kBatch, kWeighted>(a, r, w, f);
+    }
+  } else {
+    // one copy of each phase (code of the plain loop's size): the first pass only computes factors,
+    // the last only scales
+    C f[kBatch] = {};
+    for (std::int64_t r = -kBatch; r < whole; r += kBatch) {
+      C next[kBatch] = {};
+      if (r + kBatch < whole) norm_batch_factors<S, K, kBatch>(a, r + kBatch, next);
+      if (r >= 0) norm_batch_scale<S, K, kBatch, kWeighted>(a, r, w, f);
+      for (int g = 0; g < kBatch; ++g) f[g] = next[g];
+    }
+  }
+  std::int64_t r = whole;
+  for (; r < a.rows; ++r) {
+    C one[1];
+    norm_batch_factors<S, K, 1>(a, r, one);
+    norm_batch_scale<S, K, 1, kWeighted>(a, r, w, one);
+  }
 }
 
 template <class S, int K>
