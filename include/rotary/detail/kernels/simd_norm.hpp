@@ -120,12 +120,13 @@ ROTARY_KERNEL_INLINE void norm_batch_scale(const NormArgs<typename S::T>& a, std
 }
 
 // Rows [0, a.rows) of K vectors: four at a time, then one by one. 16-bit rows are software-pipelined:
-// the factors of the next four rows are computed before this four's are scaled, so their long chains
-// (K / (16 / L) dependent fmas, the reduction, a double sqrt and division) run under the scaling
-// instead of after it. Keeping a row in registers and scaling it as soon as its factor is known is
-// slower: its multiplies wait for that chain and fill the scheduler. f32 rows keep the plain order:
-// pipelined, they ran faster from L1 but slower from L2 and beyond (docs/benchmarks.md). Rows are in
-// place or apart (NormArgs), so reading the next rows before writing these changes nothing.
+// the factors of four rows are computed two batches before those rows are scaled, so their long
+// chains (K / (16 / L) dependent fmas, the reduction, a double sqrt and division) run under the
+// scaling instead of before it (one batch ahead leaves a core with a smaller window waiting still).
+// Keeping a row in registers and scaling it as soon as its factor is known is slower: its multiplies
+// wait for that chain and fill the scheduler. f32 rows keep the plain order: pipelined, they ran
+// faster from L1 but slower from L2 and beyond (docs/benchmarks.md). Rows are in place or apart
+// (NormArgs), so reading later rows before writing these changes nothing.
 template <class S, int K, bool kWeighted>
 ROTARY_KERNEL_INLINE void norm_rows_batches(const NormArgs<typename S::T>& a) noexcept {
   using C = typename S::C;
@@ -154,14 +155,15 @@ ROTARY_KERNEL_INLINE void norm_rows_batches(const NormArgs<typename S::T>& a) no
       norm_batch_scale<S, K, kBatch, kWeighted>(a, r, w, f);
     }
   } else {
-    // one copy of each phase (code of the plain loop's size): the first pass only computes factors,
-    // the last only scales
-    C f[kBatch] = {};
-    for (std::int64_t r = -kBatch; r < whole; r += kBatch) {
-      C next[kBatch] = {};
-      if (r + kBatch < whole) norm_batch_factors<S, K, kBatch>(a, r + kBatch, next);
-      if (r >= 0) norm_batch_scale<S, K, kBatch, kWeighted>(a, r, w, f);
-      for (int g = 0; g < kBatch; ++g) f[g] = next[g];
+    // one copy of each phase (code of the plain loop's size): the first passes only compute factors,
+    // the last only scale
+    constexpr int kAhead = 2;
+    C f[kAhead + 1][kBatch] = {};
+    for (std::int64_t r = -kAhead * kBatch; r < whole; r += kBatch) {
+      if (r + kAhead * kBatch < whole) norm_batch_factors<S, K, kBatch>(a, r + kAhead * kBatch, f[kAhead]);
+      if (r >= 0) norm_batch_scale<S, K, kBatch, kWeighted>(a, r, w, f[0]);
+      for (int i = 0; i < kAhead; ++i)
+        for (int g = 0; g < kBatch; ++g) f[i][g] = f[i + 1][g];
     }
   }
   std::int64_t r = whole;
