@@ -158,9 +158,10 @@ ROTARY_KERNEL_INLINE void norm_rows_batches(const NormArgs<typename S::T>& a) no
     // one copy of each phase (code of the plain loop's size): the first passes only compute factors,
     // the last only scale
     constexpr int kAhead = 2;
+    constexpr std::int64_t kLead = std::int64_t{kAhead} * kBatch;  // rows
     C f[kAhead + 1][kBatch] = {};
-    for (std::int64_t r = -kAhead * kBatch; r < whole; r += kBatch) {
-      if (r + kAhead * kBatch < whole) norm_batch_factors<S, K, kBatch>(a, r + kAhead * kBatch, f[kAhead]);
+    for (std::int64_t r = -kLead; r < whole; r += kBatch) {
+      if (r + kLead < whole) norm_batch_factors<S, K, kBatch>(a, r + kLead, f[kAhead]);
       if (r >= 0) norm_batch_scale<S, K, kBatch, kWeighted>(a, r, w, f[0]);
       for (int i = 0; i < kAhead; ++i)
         for (int g = 0; g < kBatch; ++g) f[i][g] = f[i + 1][g];
