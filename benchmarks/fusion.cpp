@@ -384,11 +384,11 @@ int print_fusion_summary(std::FILE* out, const std::function<double(const std::s
     }
     if (!any) continue;
     if (!header) {
-      std::fprintf(out,
-                   "fused prologues (fusion/): fused / unfused >= %.2g at every token count (never slower); at 512\n"
-                   "  tokens also qk_norm_rope >= %.2gx unfused and >= %.2gx memcpy of its bytes, cache-writing ops\n"
-                   "  >= %.2gx their byte cap (cap: what the unfused calls move / what the fused call moves)\n",
-                   kNeverSlower, kNormVsUnfused, kNormVsMemcpy, kOfByteCap);
+      std::fprintf(
+          out,
+          "fused prologues (fusion/): fused / unfused >= %.2g at every token count; at 512 tokens\n"
+          "  qk_norm_rope >= %.2gx unfused, %.2gx memcpy; cache writers >= %.2gx cap (bytes saved)\n",
+          kNeverSlower, kNormVsUnfused, kNormVsMemcpy, kOfByteCap);
       std::fprintf(out, "  %-14s %-4s %-26s   1 tok 16 tok 512 tok   cap  512: GB/s  x memcpy\n", "op", "", "shape");
       header = true;
     }

@@ -4,10 +4,10 @@
 //      table: and thread count) measured in the same run (the median of a name's runs);
 //   2. the compact summary (under 100 lines; benchmarks/run.sh shows only this): the CPU, dispatch
 //      and memcpy per dtype and pairing at every token count of 32 heads x 128, the speed targets
-//      (targets.hpp) MET / NOT MET, one line per target and dtype, and information lines (decode
-//      checked/unchecked, the AVX-512 copy loop, batched decode at scattered positions, fused q+k,
-//      layouts, threads); with
-//      --rotary_compare_with, the build comparison instead of targets and information.
+//      (targets.hpp) MET / NOT MET, one line per target and dtype (a group of them: one table), and
+//      information lines (decode checked/unchecked, the AVX-512 copy loop, batched decode at
+//      scattered positions, fused q+k, layouts, threads); with --rotary_compare_with, the build
+//      comparison instead of targets and information.
 // The CPU's name (cpu_name.hpp) and the build go into Google Benchmark's context too (JSON keys
 // rotary_cpu, rotary_cpu_vendor, rotary_cpu_family, rotary_cpu_model, rotary_cpu_uarch, rotary_build).
 // Own flags (taken out before Google Benchmark sees the command line):
@@ -255,58 +255,130 @@ std::string ratio_text(double a, double b, const char* fmt = "%.2f") {
   return buf;
 }
 
+// One target evaluated for one dtype on both pairings: the ratios ("a/b", "-" where a case did not
+// run), how many pairings met it, and how many were evaluated.
+struct Evaluation {
+  std::string values;
+  int met = 0;
+  int total = 0;
+};
+
+Evaluation evaluate(const Measurements& m, const Target& t, const char* d) {
+  Evaluation e;
+  for (const char* p : kPairingNames) {
+    const double a = measured(m, t.measured, d, p, t.shape);
+    const double b = measured(m, t.base, d, p, t.shape);
+    const bool speed = t.measure == Measure::speed;
+    e.values += e.values.empty() ? "" : "/";
+    if (a <= 0 || b <= 0) {
+      e.values += "-";
+      continue;
+    }
+    const double r = speed ? a / b : b / a;
+    char cell[32];
+    std::snprintf(cell, sizeof cell, "%.2f", r);
+    e.values += cell;
+    ++e.total;
+    e.met += (speed ? r >= t.bound : r <= t.bound) ? 1 : 0;
+  }
+  return e;
+}
+
+std::string target_rule(const Target& t) {
+  char bound[32];
+  std::snprintf(bound, sizeof bound, "%g", t.bound);
+  return case_label(t.measured) + (t.measure == Measure::speed ? " >= " : " time <= ") + bound + "x " +
+         case_label(t.base);
+}
+
+// A group of targets (rows of kTargets with the same group, one after another): one table, a column
+// per row (its token count), a line per dtype, and which columns missed.
+std::string target_group(const Measurements& m, const Target* first, const Target* last, int& met,
+                         int& total) {
+  std::string head = std::string("  ") + first->group + ": " + target_rule(*first);
+  for (const Target* t = first; t != last; ++t)
+    if (t->bound != first->bound) {
+      char bound[32];
+      std::snprintf(bound, sizeof bound, "%g", t->bound);
+      head += " (" + std::to_string(t->shape.tokens) +
+              " tok: " + (t->measure == Measure::speed ? ">= " : "<= ") + bound + "x)";
+    }
+  std::string columns = "       tokens";
+  for (const Target* t = first; t != last; ++t) {
+    char cell[32];
+    std::snprintf(cell, sizeof cell, " %11lld", static_cast<long long>(t->shape.tokens));
+    columns += cell;
+  }
+  std::vector<std::string> lines;
+  for (const char* d : kDtypeNames) {
+    std::string line = "       " + std::string(d);
+    line.resize(13, ' ');
+    std::string missed;
+    int row_total = 0;
+    for (const Target* t = first; t != last; ++t) {
+      const bool has = std::any_of(t->dtypes.begin(), t->dtypes.end(),
+                                   [&](const char* x) { return x != nullptr && std::string(x) == d; });
+      const Evaluation e = has ? evaluate(m, *t, d) : Evaluation{"-", 0, 0};
+      char cell[32];
+      std::snprintf(cell, sizeof cell, " %11s", e.values.c_str());
+      line += cell;
+      met += e.met;
+      total += e.total;
+      row_total += e.total;
+      if (e.met < e.total) {
+        missed += missed.empty() ? "" : ", ";
+        missed += std::to_string(t->shape.tokens);
+        missed += e.met > 0 ? " (one pairing)" : "";
+      }
+    }
+    if (row_total == 0) continue;
+    line += missed.empty() ? "  MET" : "  NOT MET at ";
+    line += missed;
+    lines.push_back(line);
+  }
+  if (lines.empty()) return {};
+  std::string text = head + ":\n" + columns + "\n";
+  for (const std::string& l : lines) text += l + "\n";
+  return text;
+}
+
 // The speed targets (targets.hpp) evaluated on this run's numbers: one line per row of kTargets and
-// dtype, both pairings on it (interleaved/half_split), MET only if both are. Generic over the rows,
-// so a new row prints without code here. Evaluations whose cases did not run are skipped. Returns
-// {met, evaluated} counted per pairing.
+// dtype, both pairings on it (interleaved/half_split), MET only if both are; rows of one group as a
+// table (target_group). Generic over the rows, so a new row prints without code here.
+// Evaluations whose cases did not run are skipped. Returns {met, evaluated} counted per pairing.
 std::pair<int, int> print_targets(const Measurements& m, std::FILE* out) {
   int met = 0;
   int total = 0;
   std::size_t width = 0;
-  auto rule = [](const Target& t) {
-    const bool speed = t.measure == Measure::speed;
-    char bound[32];
-    std::snprintf(bound, sizeof bound, "%g", t.bound);
-    return case_label(t.measured) + (speed ? " >= " : " time <= ") + bound + "x " + case_label(t.base);
-  };
-  for (const Target& t : kTargets) width = std::max(width, rule(t).size() + std::string(t.what).size() + 2);
-  bool header = false;
-  for (const Target& t : kTargets) {
-    for (const char* d : t.dtypes) {
+  for (const Target& t : kTargets)
+    width = std::max(width, target_rule(t).size() + std::string(t.what).size() + 2);
+  std::string text;
+  const Target* const end = std::end(kTargets);
+  for (const Target* t = std::begin(kTargets); t != end; ++t) {
+    if (t->group != nullptr) {
+      const Target* last = t + 1;
+      while (last != end && last->group != nullptr && std::string(last->group) == t->group) ++last;
+      text += target_group(m, t, last, met, total);
+      t = last - 1;
+      continue;
+    }
+    for (const char* d : t->dtypes) {
       if (d == nullptr) continue;
-      std::string values;
-      std::string verdict;
-      int row_met = 0;
-      int row_total = 0;
-      for (const char* p : kPairingNames) {
-        const double a = measured(m, t.measured, d, p, t.shape);
-        const double b = measured(m, t.base, d, p, t.shape);
-        const bool speed = t.measure == Measure::speed;
-        values += values.empty() ? "" : "/";
-        if (a <= 0 || b <= 0) {
-          values += "-";
-          continue;
-        }
-        const double r = speed ? a / b : b / a;
-        const bool ok = speed ? r >= t.bound : r <= t.bound;
-        char cell[32];
-        std::snprintf(cell, sizeof cell, "%.2f", r);
-        values += cell;
-        ++row_total;
-        row_met += ok ? 1 : 0;
-      }
-      if (row_total == 0) continue;
-      met += row_met;
-      total += row_total;
-      if (!header)
-        std::fprintf(out, "\ntargets (ratios of GB/s on the same bytes, this run; interleaved/half_split):\n");
-      header = true;
-      verdict = row_met == row_total ? "MET" : row_met == 0 ? "NOT MET" : "NOT MET (one pairing)";
-      const std::string label = std::string(t.what) + ": " + rule(t);
-      std::fprintf(out, "  %-4s %-*s %11s  %s\n", d, static_cast<int>(width), label.c_str(), values.c_str(),
-                   verdict.c_str());
+      const Evaluation e = evaluate(m, *t, d);
+      if (e.total == 0) continue;
+      met += e.met;
+      total += e.total;
+      const char* verdict = e.met == e.total ? "MET" : e.met == 0 ? "NOT MET" : "NOT MET (one pairing)";
+      const std::string label = std::string(t->what) + ": " + target_rule(*t);
+      char line[512];
+      std::snprintf(line, sizeof line, "  %-4s %-*s %11s  %s\n", d, static_cast<int>(width), label.c_str(),
+                    e.values.c_str(), verdict);
+      text += line;
     }
   }
+  if (!text.empty())
+    std::fprintf(out, "\ntargets (ratios of GB/s on the same bytes, this run; interleaved/half_split):\n%s",
+                 text.c_str());
   if (total > 0) std::fprintf(out, "  %d of %d targets MET (counted per dtype and pairing)\n", met, total);
   return {met, total};
 }
@@ -322,12 +394,9 @@ void print_information(const Measurements& m, std::FILE* out) {
   auto any_ran = [&](const char* d, const char* impl, const Shape& shape) {
     return m.get("interleaved", d, impl, shape) > 0 || m.get("half_split", d, impl, shape) > 0;
   };
-  bool header = false;
+  std::string decode;  // one entry per dtype: checked / unchecked time, and the unchecked call in us
   for (const char* d : kDtypeNames) {
     if (!any_ran(d, "checked", kDecodeShape) || !any_ran(d, "dispatch", kDecodeShape)) continue;
-    if (!header)
-      std::fprintf(out, "(info) decode 1 tok x 32 x 128: time of checked apply / apply_unchecked (dispatch):\n");
-    header = true;
     const auto call_us = [&](const char* p) {
       const double bps = m.get(p, d, "dispatch", kDecodeShape);
       const double bytes = 2.0 * static_cast<double>(kDecodeShape.elements()) * (std::string(d) == "f32" ? 4 : 2);
@@ -335,12 +404,18 @@ void print_information(const Measurements& m, std::FILE* out) {
       std::snprintf(buf, sizeof buf, "%.3f", bps > 0 ? bytes / bps * 1e6 : 0.0);
       return std::string(bps > 0 ? buf : "-");
     };
-    std::fprintf(out, "  %-4s %s (unchecked call %s us)\n", d,
-                 pair_of([&](const char* p) {
-                   return ratio_text(m.get(p, d, "dispatch", kDecodeShape), m.get(p, d, "checked", kDecodeShape));
-                 }).c_str(),
-                 pair_of(call_us).c_str());
+    decode +=
+        std::string(decode.empty() ? "  " : ", ") + d + " " + pair_of([&](const char* p) {
+          return ratio_text(m.get(p, d, "dispatch", kDecodeShape), m.get(p, d, "checked", kDecodeShape));
+        }) +
+        " (" + pair_of(call_us) + " us)";
   }
+  if (!decode.empty())
+    std::fprintf(
+        out,
+        "(info) decode 1 tok x 32 x 128: time of checked apply / apply_unchecked (dispatch; the unchecked "
+        "call):\n%s\n",
+        decode.c_str());
   // The second and third baselines (issue 16): memcpy against a loop with the kernels' access pattern
   // (and their 16-bit conversions), and dispatch against that loop (the kernel's own cost, the access
   // pattern's, or the conversions', set aside).
@@ -358,7 +433,7 @@ void print_information(const Measurements& m, std::FILE* out) {
     }
     std::fprintf(out, "  %-4s %-7s %s\n", d, label, line.c_str());
   };
-  header = false;
+  bool header = false;
   for (const char* d : kDtypeNames) {
     const bool copy = any_ran(d, "copy_loop", kKeyShape);
     const bool convert = any_ran(d, "convert_loop", kKeyShape);
@@ -427,20 +502,19 @@ void print_information(const Measurements& m, std::FILE* out) {
       std::fprintf(out, "  %-4s %-11s%s\n", d, p, line.c_str());
     }
   }
-  header = false;
+  // memcpy's own speed-up on 2 threads at 8192 tokens, beside the dispatch rows' (the 2-thread table
+  // above): how far the memory system lets a second thread go on this machine
+  std::string copies;
   for (const char* d : kDtypeNames) {
-    auto speedup = [&](const char* impl, const char* layout) {
-      return pair_of([&](const char* p) {
-        return ratio_text(m.get_batch(p, d, impl, layout, kDramShape, 2), m.get_batch(p, d, impl, layout, kDramShape, 1));
-      });
-    };
-    const std::string dispatch = speedup("dispatch", "rows");
-    const std::string copy = speedup("memcpy", "flat");
-    if (dispatch == "-/-") continue;
-    if (!header) std::fprintf(out, "(info) 8192 tok x 32 x 128, speed-up of 2 threads over 1:\n");
-    header = true;
-    std::fprintf(out, "  %-4s dispatch %s, memcpy %s\n", d, dispatch.c_str(), copy.c_str());
+    const std::string copy = pair_of([&](const char* p) {
+      return ratio_text(m.get_batch(p, d, "memcpy", "flat", kDramShape, 2),
+                        m.get_batch(p, d, "memcpy", "flat", kDramShape, 1));
+    });
+    if (copy != "-/-") copies += std::string(copies.empty() ? "" : ", ") + d + " " + copy;
   }
+  if (!copies.empty())
+    std::fprintf(out, "(info) memcpy 8192 tok x 32 x 128, speed-up of 2 threads over 1: %s\n",
+                 copies.c_str());
 }
 
 // The main table condensed: dispatch GB/s and x memcpy per dtype and pairing, with memcpy's GB/s,
@@ -515,15 +589,16 @@ void print_comparison(const Measurements& m, const std::string& path, std::FILE*
     std::fprintf(out, "\nrotary_bench: cannot read %s: no build comparison\n", path.c_str());
     return;
   }
-  std::fprintf(out,
-               "\nbuild comparison, dispatch at 512 tok x 32 x 128, each build's GB/s / its own memcpy's\n"
-               "  (interleaved/half_split); target: the default build within %g%% of the -march=native one\n",
-               100 * (1 - kNativeBuildBound));
+  std::fprintf(
+      out,
+      "\nbuild comparison, dispatch at 512 tok x 32 x 128 as x its build's memcpy (interleaved/half_split);\n"
+      "  target: the default build (the build line above) within %g%% of the -march=native one\n",
+      100 * (1 - kNativeBuildBound));
   std::map<std::string, std::pair<double, double>> other;  // "pairing dtype" -> (dispatch, memcpy)
   std::string line;
   while (std::getline(f, line)) {
     if (line.rfind("# build: ", 0) == 0) {
-      std::fprintf(out, "  default: %s\n  native:  %s\n", line.c_str() + 9, build_description().c_str());
+      std::fprintf(out, "  native: %s\n", build_description().c_str());
       continue;
     }
     std::istringstream in(line);

@@ -1,9 +1,9 @@
 // rotary_bench: the project's speed targets (issue 13), as data. report.cpp's summary evaluates
 // every row of kTargets on the numbers of the run (each case's median), for every dtype the row
-// names and both pairings, and prints one line per evaluation, MET / NOT MET; an evaluation whose
-// cases did not run (filtered out) is skipped. Extending: one row. Rows reading the kernel table
-// (no layout) print first, then the fused q+k comparison (information, no target), then the rows
-// reading the layout table.
+// names and both pairings, and prints one line per evaluation (the rows of a group: one table),
+// MET / NOT MET; an evaluation whose cases did not run (filtered out) is skipped. Extending: one
+// row. Rows reading the kernel table (no layout) print first, then the rows reading the layout
+// table.
 #pragma once
 
 #include <array>
@@ -37,8 +37,17 @@ struct Target {
   CaseRef base;
   Measure measure;
   double bound;
+  // Rows of one group, one after another, print as one table (a column per row: its token count);
+  // nullptr: a line per dtype.
+  const char* group = nullptr;
 };
 
+// the groups of rows below (Target::group)
+inline constexpr const char* kFloor = "conversion floor";
+inline constexpr const char* kThreads = "2 threads vs 1";
+
+// A table, one row per line where it fits:
+// clang-format off
 inline constexpr Target kTargets[] = {
     // memory-bound: dispatch near memcpy of the same bytes, L3-resident and DRAM (issue 16: on Zen 4
     // and Zen 5 alike; issue 13 had asked 0.85x for f32 and 0.8x for 16-bit storage at 512 tokens)
@@ -50,10 +59,10 @@ inline constexpr Target kTargets[] = {
     {{"f32"}, kDecodeShape, "decode (1 tok)", {"dispatch"}, {"memcpy"}, Measure::time, 1.5},
     // 16-bit at the conversion floor (issue 40): dispatch within 1.1x of the convert-only loop (the
     // kernels' loads, widening, rounding and stores, no arithmetic; AVX-512 machines only)
-    {{"f16", "bf16"}, kDecodeShape, "1 tok: conversion floor", {"dispatch"}, {"convert_loop"}, Measure::time, 1.1},
-    {{"f16", "bf16"}, kShortShape, "16 tok: conversion floor", {"dispatch"}, {"convert_loop"}, Measure::time, 1.1},
-    {{"f16", "bf16"}, kKeyShape, "512 tok: conversion floor", {"dispatch"}, {"convert_loop"}, Measure::time, 1.1},
-    {{"f16", "bf16"}, kDramShape, "8192 tok: conversion floor", {"dispatch"}, {"convert_loop"}, Measure::time, 1.1},
+    {{"f16", "bf16"}, kDecodeShape, "1 tok: conversion floor", {"dispatch"}, {"convert_loop"}, Measure::time, 1.1, kFloor},
+    {{"f16", "bf16"}, kShortShape, "16 tok: conversion floor", {"dispatch"}, {"convert_loop"}, Measure::time, 1.1, kFloor},
+    {{"f16", "bf16"}, kKeyShape, "512 tok: conversion floor", {"dispatch"}, {"convert_loop"}, Measure::time, 1.1, kFloor},
+    {{"f16", "bf16"}, kDramShape, "8192 tok: conversion floor", {"dispatch"}, {"convert_loop"}, Measure::time, 1.1, kFloor},
     // against the textbook rotation-matrix product
     {{"f32"}, kKeyShape, "512 tok", {"dispatch"}, {"matrix"}, Measure::speed, 10.0},
     // the cache-free Rope against the cached one
@@ -62,8 +71,6 @@ inline constexpr Target kTargets[] = {
     {{"f32", "f16", "bf16"}, kKeyShape, "512 tok vLLM table", {"table_vllm"}, {"dispatch"}, Measure::speed, 0.95},
     {{"f32", "f16", "bf16"}, kKeyShape, "512 tok separate cos/sin", {"table_separate"}, {"dispatch"}, Measure::speed,
      0.95},
-    // issue 40: the f16 cos/sin caches ONNX's RotaryEmbedding takes, read as given, cost no more
-    // than rotary's own table
 
     // layout table (f32): fused q+k as rows, 1 thread; the DRAM shape on 2 threads
     {{"f32"}, kGqaShape, "GQA 512 tok fused", {"dispatch_qk", "rows", 1}, {"memcpy", "flat", 1}, Measure::speed,
@@ -81,18 +88,19 @@ inline constexpr Target kTargets[] = {
     // the caller; 0.97 for noise: where neither side splits, both run the same code); close to twice
     // as fast once a call moves megabytes. Both sides in the layout table; the base is threads:1.
     {{"f32", "f16", "bf16"}, kDecodeShape, "1 tok 2 vs 1 thr", {"dispatch", "rows", 2}, {"dispatch", "rows", 1},
-     Measure::speed, 0.97},
+     Measure::speed, 0.97, kThreads},
     {{"f32", "f16", "bf16"}, kShortShape, "16 tok 2 vs 1 thr", {"dispatch", "rows", 2}, {"dispatch", "rows", 1},
-     Measure::speed, 0.97},
+     Measure::speed, 0.97, kThreads},
     {{"f32", "f16", "bf16"}, kMidShape, "64 tok 2 vs 1 thr", {"dispatch", "rows", 2}, {"dispatch", "rows", 1},
-     Measure::speed, 0.97},
+     Measure::speed, 0.97, kThreads},
     {{"f32", "f16", "bf16"}, kKeyShape, "512 tok 2 vs 1 thr", {"dispatch", "rows", 2}, {"dispatch", "rows", 1},
-     Measure::speed, 1.8},
+     Measure::speed, 1.8, kThreads},
     {{"f32", "f16", "bf16"}, kLongShape, "4096 tok 2 vs 1 thr", {"dispatch", "rows", 2}, {"dispatch", "rows", 1},
-     Measure::speed, 0.97},
+     Measure::speed, 0.97, kThreads},
     {{"f32", "f16", "bf16"}, kDramShape, "8192 tok 2 vs 1 thr", {"dispatch", "rows", 2}, {"dispatch", "rows", 1},
-     Measure::speed, 0.97},
+     Measure::speed, 0.97, kThreads},
 };
+// clang-format on
 
 // --rotary_compare_with (benchmarks/run.sh): the default build's dispatch/memcpy at kKeyShape, per
 // pairing and dtype, at least this fraction of the -march=native build's (issue 16; issue 13: 0.95).
