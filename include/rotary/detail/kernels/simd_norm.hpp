@@ -147,25 +147,18 @@ ROTARY_KERNEL_INLINE void norm_rows_batches(const NormArgs<typename S::T>& a) no
     }
     w = split;
   }
+  // One copy of each phase (code of the plain loop's size): the factors of rows r + kLead on, then
+  // the scaling of rows r on; the first passes only compute factors, the last only scale. kAhead 0
+  // (f32, f64) is the plain order.
+  constexpr int kAhead = std::is_same_v<typename S::T, C> ? 0 : 2;
+  constexpr std::int64_t kLead = std::int64_t{kAhead} * kBatch;  // rows
   const std::int64_t whole = a.rows - a.rows % kBatch;
-  if constexpr (std::is_same_v<typename S::T, C>) {
-    for (std::int64_t r = 0; r < whole; r += kBatch) {
-      C f[kBatch];
-      norm_batch_factors<S, K, kBatch>(a, r, f);
-      norm_batch_scale<S, K, kBatch, kWeighted>(a, r, w, f);
-    }
-  } else {
-    // one copy of each phase (code of the plain loop's size): the first passes only compute factors,
-    // the last only scale
-    constexpr int kAhead = 2;
-    constexpr std::int64_t kLead = std::int64_t{kAhead} * kBatch;  // rows
-    C f[kAhead + 1][kBatch] = {};
-    for (std::int64_t r = -kLead; r < whole; r += kBatch) {
-      if (r + kLead < whole) norm_batch_factors<S, K, kBatch>(a, r + kLead, f[kAhead]);
-      if (r >= 0) norm_batch_scale<S, K, kBatch, kWeighted>(a, r, w, f[0]);
-      for (int i = 0; i < kAhead; ++i)
-        for (int g = 0; g < kBatch; ++g) f[i][g] = f[i + 1][g];
-    }
+  C f[std::size_t{kAhead} + 1][kBatch] = {};
+  for (std::int64_t r = -kLead; r < whole; r += kBatch) {
+    if (r + kLead < whole) norm_batch_factors<S, K, kBatch>(a, r + kLead, f[kAhead]);
+    if (r >= 0) norm_batch_scale<S, K, kBatch, kWeighted>(a, r, w, f[0]);
+    for (int i = 0; i < kAhead; ++i)
+      for (int g = 0; g < kBatch; ++g) f[i][g] = f[i + 1][g];
   }
   std::int64_t r = whole;
   for (; r < a.rows; ++r) {
