@@ -3,7 +3,7 @@
 # `bench-native`: the same plus -march=native), then
 #   1. runs the default build's full suite: the main table (GB/s and ratio to memcpy of the same
 #      bytes, measured in the same run) and the issue's targets, MET / NOT MET; the key cases the
-#      targets read run 3 times in interleaved rounds and report the median;
+#      targets read (fusion rows included) run 3 times in interleaved rounds and report the median;
 #   2. runs the -march=native build on the key shape only (512 tokens x 32 heads x 128, memcpy and
 #      dispatch) and compares, per pairing and dtype, the two builds' dispatch/memcpy ratios
 #      (target: the default build within 5% of the native one).
