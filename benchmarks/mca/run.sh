@@ -8,6 +8,10 @@
 # integer ops). llvm-mca-19 models each on Sapphire Rapids, Zen 4 and Zen 5; printed: cycles per
 # iteration (its total / iterations) and its block reciprocal throughput. A row of 128 values is 4
 # iterations. Registers and addresses stand in for the kernel's.
+# A second table models qk_norm_rope's ceiling (issue 40 asks 1.6x its unfused steps at 512 tokens):
+# per 64 values of a 128-value row (32 half-split pairs), the three passes of the unfused steps (the
+# norm's sums of squares, its scaling with the rounding to the storage type, RoPE) against the least
+# an exact fusion must still do, every value kept in registers from one load to its store.
 #   bash benchmarks/mca/run.sh          (installs llvm-19 for llvm-mca-19 if missing: cmake/deps.sh mca)
 set -euo pipefail
 command -v llvm-mca-19 >/dev/null || bash "$(dirname "$0")/../../cmake/deps.sh" mca
@@ -86,4 +90,86 @@ for name in f32 f16 f16_mem f16_floor f16_ymm f16_ymm_floor bf16 bf16_int bf16_i
       awk '/Total Cycles/{t=$3} /Block RThroughput/{b=$3} END{printf " %10.2f / %-4s", t/200, b}'
   done
   echo
+done
+
+# ---- qk_norm_rope: per 64 values (32 half-split pairs) of a weighted 128-value row ----------------
+# bf16 (AVX512_BF16 kernels): the norm's sums read 32 values a load in element order (vpermw to the
+# high halves of f32 lanes, its order of accumulation); its scaling widens with a shift and a mask
+# (even/odd lanes), multiplies by the factor and the weight, rounds (vcvtne2ps2bf16, vpermw back to
+# the stored order); RoPE widens the same way, rotates with cos/sin de-interleaved per token, rounds.
+# An exact fusion still rounds the normalized values to bf16 before rotating them (the unfused
+# result's bits): in registers that is vcvtne2ps2bf16 and a vpermw back to f32 lanes per 16 values.
+bf16_raw='vmovdqu64 (%rdi,%rax), %zmm0
+vmovdqu64 128(%rdi,%rax), %zmm1'
+bf16_ordered='vpermw %zmm0, %zmm20, %zmm2 {%k1} {z}
+vpermw %zmm0, %zmm21, %zmm3 {%k1} {z}
+vpermw %zmm1, %zmm20, %zmm4 {%k1} {z}
+vpermw %zmm1, %zmm21, %zmm5 {%k1} {z}'
+bf16_evenodd='vpslld $16, %zmm0, %zmm2
+vpandd %zmm22, %zmm0, %zmm3
+vpslld $16, %zmm1, %zmm4
+vpandd %zmm22, %zmm1, %zmm5'
+sums='vfmadd231ps %zmm2, %zmm2, %zmm24
+vfmadd231ps %zmm3, %zmm3, %zmm25
+vfmadd231ps %zmm4, %zmm4, %zmm26
+vfmadd231ps %zmm5, %zmm5, %zmm27'
+scale4='vmulps %zmm23, %zmm2, %zmm2
+vmulps %zmm23, %zmm3, %zmm3
+vmulps %zmm23, %zmm4, %zmm4
+vmulps %zmm23, %zmm5, %zmm5
+vmulps (%r8,%rax,2), %zmm2, %zmm2
+vmulps 64(%r8,%rax,2), %zmm3, %zmm3
+vmulps 256(%r8,%rax,2), %zmm4, %zmm4
+vmulps 320(%r8,%rax,2), %zmm5, %zmm5'
+# x0 = zmm2, zmm3 (values j..j+31), x1 = zmm4, zmm5 (64+j..): y in zmm12..15
+rotate4='vmovups (%rsi,%rax,2), %zmm8
+vmovups 64(%rsi,%rax,2), %zmm9
+vmovups 256(%rsi,%rax,2), %zmm10
+vmovups 320(%rsi,%rax,2), %zmm11
+vmulps %zmm10, %zmm4, %zmm12
+vfmsub231ps %zmm8, %zmm2, %zmm12
+vmulps %zmm11, %zmm5, %zmm13
+vfmsub231ps %zmm9, %zmm3, %zmm13
+vmulps %zmm10, %zmm2, %zmm14
+vfmadd231ps %zmm8, %zmm4, %zmm14
+vmulps %zmm11, %zmm3, %zmm15
+vfmadd231ps %zmm9, %zmm5, %zmm15'
+bf16_pack_store() {  # $1 $2 $3 $4: f32 vectors; $5 = yes: vpermw into the stored order
+  printf 'vcvtne2ps2bf16 %%%s, %%%s, %%zmm6\nvcvtne2ps2bf16 %%%s, %%%s, %%zmm7\n' "$2" "$1" "$4" "$3"
+  [ "$5" = yes ] && printf 'vpermw %%zmm6, %%zmm28, %%zmm6\nvpermw %%zmm7, %%zmm28, %%zmm7\n'
+  printf 'vmovdqu64 %%zmm6, (%%rdx,%%rax)\nvmovdqu64 %%zmm7, 128(%%rdx,%%rax)\n'
+}
+f32_rows() {  # 4 vectors from register $1 into zmm$2..
+  for i in 0 1 2 3; do printf 'vmovups %d(%%%s,%%rax), %%zmm%d\n' $((i * 64)) "$1" $((i + $2)); done
+}
+f32_store() { for i in 0 1 2 3; do printf 'vmovups %%zmm%d, %d(%%rdx,%%rax)\n' $((i + $1)) $((i * 64)); done; }
+norm_loop() {  # the loop named $1, on stdout
+  case $1 in
+    bf16_sums) printf '%s\n%s\n%s\n' "$bf16_raw" "$bf16_ordered" "$sums" ;;
+    bf16_scale) printf '%s\n%s\n%s\n' "$bf16_raw" "$bf16_evenodd" "$scale4"; bf16_pack_store zmm2 zmm3 zmm4 zmm5 yes ;;
+    bf16_rope) printf '%s\n%s\n%s\n' "${bf16_raw//rdi/rdx}" "$bf16_evenodd" "$rotate4"
+               bf16_pack_store zmm12 zmm13 zmm14 zmm15 yes ;;
+    bf16_fused) printf '%s\n%s\n%s\n%s\n' "$bf16_raw" "$bf16_ordered" "$sums" "$scale4"
+                printf 'vcvtne2ps2bf16 %%zmm3, %%zmm2, %%zmm0\nvcvtne2ps2bf16 %%zmm5, %%zmm4, %%zmm1\n%s\n%s\n' \
+                  "$bf16_ordered" "$rotate4"
+                bf16_pack_store zmm12 zmm13 zmm14 zmm15 no ;;
+    f32_sums) f32_rows rdi 2; printf '%s\n' "$sums" ;;
+    f32_scale) f32_rows rdi 2; printf '%s\n' "$scale4"; f32_store 2 ;;
+    f32_rope) f32_rows rdx 2; printf '%s\n' "$rotate4"; f32_store 12 ;;
+    f32_fused) f32_rows rdi 2; printf '%s\n%s\n%s\n' "$sums" "$scale4" "$rotate4"; f32_store 12 ;;
+  esac
+}
+
+echo
+echo "qk_norm_rope, 64 values of a weighted 128-value row (cycles; unfused = sums + scale + rope; ceiling ="
+echo "unfused / fused: the most an exact fusion can gain where the core, not memory, bounds both)"
+printf '%-6s %-15s %8s %8s %8s %8s %8s %8s\n' dtype cpu sums scale rope unfused fused ceiling
+for t in bf16 f32; do
+  for c in "${cpus[@]}"; do
+    printf '%-6s %-15s' "$t" "$c"
+    for part in sums scale rope fused; do
+      norm_loop "${t}_$part" | "$mca" -mcpu="$c" -iterations=200 - 2>/dev/null | awk '/Total Cycles/{print $3 / 200}'
+    done | awk '{v[NR] = $1} END{u = v[1] + v[2] + v[3]
+      printf " %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f\n", v[1], v[2], v[3], u, v[4], u / v[4]}'
+  done
 done
