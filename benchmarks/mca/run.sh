@@ -149,7 +149,9 @@ norm_loop() {  # the loop named $1, on stdout
     bf16_scale) printf '%s\n%s\n%s\n' "$bf16_raw" "$bf16_evenodd" "$scale4"; bf16_pack_store zmm2 zmm3 zmm4 zmm5 yes ;;
     bf16_rope) printf '%s\n%s\n%s\n' "${bf16_raw//rdi/rdx}" "$bf16_evenodd" "$rotate4"
                bf16_pack_store zmm12 zmm13 zmm14 zmm15 yes ;;
-    bf16_fused) printf '%s\n%s\n%s\n%s\n' "$bf16_raw" "$bf16_ordered" "$sums" "$scale4"
+    bf16_fused | bf16_second)  # second: the sums in a pass of their own, this pass reads the row again
+                [ "$1" = bf16_fused ] && s=$sums || s=''
+                printf '%s\n%s\n%s\n%s\n' "$bf16_raw" "$bf16_ordered" "$s" "$scale4"
                 printf 'vcvtne2ps2bf16 %%zmm3, %%zmm2, %%zmm0\nvcvtne2ps2bf16 %%zmm5, %%zmm4, %%zmm1\n%s\n%s\n' \
                   "$bf16_ordered" "$rotate4"
                 bf16_pack_store zmm12 zmm13 zmm14 zmm15 no ;;
@@ -157,19 +159,21 @@ norm_loop() {  # the loop named $1, on stdout
     f32_scale) f32_rows rdi 2; printf '%s\n' "$scale4"; f32_store 2 ;;
     f32_rope) f32_rows rdx 2; printf '%s\n' "$rotate4"; f32_store 12 ;;
     f32_fused) f32_rows rdi 2; printf '%s\n%s\n%s\n' "$sums" "$scale4" "$rotate4"; f32_store 12 ;;
+    f32_second) f32_rows rdi 2; printf '%s\n%s\n' "$scale4" "$rotate4"; f32_store 12 ;;
   esac
 }
 
 echo
-echo "qk_norm_rope, 64 values of a weighted 128-value row (cycles; unfused = sums + scale + rope; ceiling ="
-echo "unfused / fused: the most an exact fusion can gain where the core, not memory, bounds both)"
-printf '%-6s %-15s %8s %8s %8s %8s %8s %8s\n' dtype cpu sums scale rope unfused fused ceiling
+echo "qk_norm_rope, 64 values of a weighted 128-value row (cycles; unfused = sums + scale + rope; fused: all"
+echo "in registers; ceiling = unfused / fused, the most an exact fusion can gain where the core, not memory,"
+echo "bounds both; two-pass: the sums, then one pass that reads the row again for the rest)"
+printf '%-6s %-15s %8s %8s %8s %8s %8s %8s %9s %8s\n' dtype cpu sums scale rope unfused fused ceiling two-pass ceiling
 for t in bf16 f32; do
   for c in "${cpus[@]}"; do
     printf '%-6s %-15s' "$t" "$c"
-    for part in sums scale rope fused; do
+    for part in sums scale rope fused second; do
       norm_loop "${t}_$part" | "$mca" -mcpu="$c" -iterations=200 - 2>/dev/null | awk '/Total Cycles/{print $3 / 200}'
-    done | awk '{v[NR] = $1} END{u = v[1] + v[2] + v[3]
-      printf " %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f\n", v[1], v[2], v[3], u, v[4], u / v[4]}'
+    done | awk '{v[NR] = $1} END{u = v[1] + v[2] + v[3]; p = v[1] + v[5]
+      printf " %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %9.2f %8.2f\n", v[1], v[2], v[3], u, v[4], u / v[4], p, u / p}'
   done
 done
