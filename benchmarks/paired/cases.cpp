@@ -5,6 +5,7 @@
 // VARIANT for the same reason: two identical template instances in one program are folded into one
 // by the linker, and both variants would then time the same code.
 //   apply/<pairing>/<dtype>/<checked|unchecked>/tokens:1      32 heads x 128, out of place
+//   apply/<pairing>/f16/table_onnx/tokens:1                   the same on ONNX's f16 cos/sin caches
 //   <op>/<dtype>/<fused|unfused>/tokens:<1|16>                 32 q + 8 kv heads x 128, in place,
 //       op: rope_kv_write, qkv_split_rope (paged caches [blocks, 16, 8, 128]), qk_norm_rope
 #include <cstdint>
@@ -13,6 +14,7 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <rotary/fusion.hpp>
@@ -54,6 +56,35 @@ void add_apply(std::map<std::string, Runner>& m, const std::string& dtype, rotar
     Eigen::Map<const RowMatrix<T>> x(s->in.p, kQ, kD);
     Eigen::Map<RowMatrix<T>> y(s->out.p, kQ, kD);
     unchecked::apply(s->rope, x, y, Positions::contiguous(100), kQ);
+  };
+}
+
+// The same call on ONNX RotaryEmbedding's f16 cos_cache / sin_cache ([positions, 64] each: the
+// Rope's rows rounded to f16), against apply/<pairing>/f16/checked/tokens:1 on rotary's own table.
+void add_onnx_table(std::map<std::string, Runner>& m, rotary::Pairing pairing) {
+  using namespace rotary;
+  constexpr std::int64_t kRows = 4096, kH = kD / 2;
+  struct State {
+    std::vector<f16> cos, sin;
+    TableRope<f16, f16> rope;
+    Buffer<f16> in{kQ * kD}, out{kQ * kD};
+    State(std::vector<f16> c, std::vector<f16> s, Pairing p)
+        : cos(std::move(c)),
+          sin(std::move(s)),
+          rope(kD, kD, p, CosSinTableView<f16>::separate(cos.data(), sin.data(), kRows, kH)) {}
+  };
+  const Rope<f16> own(RotarySpec(kD, pairing), kRows);
+  std::vector<f16> c, sn;
+  for (std::int64_t r = 0; r < kRows; ++r)
+    for (std::int64_t j = 0; j < kH; ++j) {
+      c.push_back(f16(own.cache().row_at(r)[j]));
+      sn.push_back(f16(own.cache().row_at(r)[kH + j]));
+    }
+  auto s = std::make_shared<State>(std::move(c), std::move(sn), pairing);
+  m["apply/" + std::string(to_string(pairing)) + "/f16/table_onnx/tokens:1"] = [s] {
+    Eigen::Map<const RowMatrix<f16>> x(s->in.p, kQ, kD);
+    Eigen::Map<RowMatrix<f16>> y(s->out.p, kQ, kD);
+    apply(s->rope, x, y, Positions::contiguous(100), kQ);
   };
 }
 
@@ -125,6 +156,7 @@ std::map<std::string, std::function<void()>> MAKE() {
     add_apply<float>(m, "f32", p);
     add_apply<rotary::f16>(m, "f16", p);
     add_apply<rotary::bf16>(m, "bf16", p);
+    add_onnx_table(m, p);
   }
   for (const std::int64_t tokens : {1, 16}) {
     add_fusion<float>(m, "f32", tokens);
