@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <limits>
 #include <type_traits>
 #include <vector>
 
@@ -193,8 +194,28 @@ inline std::vector<std::int64_t> grid_positions(std::int64_t frames, std::int64_
   if (!(options.temporal_scale >= 0.0) || !detail::finite(options.temporal_scale))
     throw error(concat("temporal_scale (", options.temporal_scale, ") must be finite and >= 0"));
   if (options.start < 0) throw error(concat("grid start (", options.start, ") must be >= 0"));
-  const std::int64_t per_frame = rows * cols;
-  const std::int64_t tokens = frames * per_frame;
+  // The vector's size and every coordinate must be representable: axes x tokens values, no larger
+  // than a vector can hold; start + rows - 1, start + cols - 1 and (3 axes) start + trunc((frames - 1)
+  // x scale) within int64 (the product first in double: no conversion of a value int64 cannot hold).
+  std::uint64_t per_frame_u = 0;
+  std::uint64_t tokens_u = 0;
+  std::uint64_t values = 0;
+  if (detail::mul_overflows(static_cast<std::uint64_t>(rows), static_cast<std::uint64_t>(cols),
+                            per_frame_u) ||
+      detail::mul_overflows(static_cast<std::uint64_t>(frames), per_frame_u, tokens_u) ||
+      detail::mul_overflows(tokens_u, static_cast<std::uint64_t>(axes), values) ||
+      values > std::vector<std::int64_t>().max_size())
+    throw error(concat("grid (", frames, " x ", rows, " x ", cols, ") x ", axes,
+                       " axes has more positions than a vector can hold"));
+  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+  const double t_last = axes == 3 ? static_cast<double>(frames - 1) * options.temporal_scale : 0.0;
+  // 2^63 exactly in double: every double below it converts to int64
+  if (!(t_last < 9223372036854775808.0) || static_cast<std::int64_t>(t_last) > kMax - options.start ||
+      std::max(rows, cols) - 1 > kMax - options.start)
+    throw error(concat("grid start (", options.start, ") + its largest coordinate (frames ", frames,
+                       " x scale ", options.temporal_scale, ", rows ", rows, ", cols ", cols,
+                       ") overflows int64"));
+  const auto tokens = static_cast<std::int64_t>(tokens_u);
   // Indices into v, not pointers to its streams: GCC 12 at -O3 turns the constant h-stream stores
   // of a rows = 1 grid into a memset through a pointer it traces to a possibly empty vector and
   // reports a false -Warray-bounds "out of the bounds [0, 0]", which fails -Werror builds.
@@ -225,6 +246,8 @@ class MropePositionBuilder {
  public:
   MropePositionBuilder& add_text(std::int64_t count) {
     if (count < 0) throw error(detail::concat("text token count (", count, ") must be >= 0"));
+    if (count > std::numeric_limits<std::int64_t>::max() - next_)
+      throw error(detail::concat("text tokens (", count, ") from position ", next_, " overflow int64"));
     for (std::int64_t i = 0; i < count; ++i)
       for (auto& s : streams_) s.push_back(next_ + i);
     next_ += count;
@@ -237,11 +260,14 @@ class MropePositionBuilder {
     o.temporal_scale = temporal_scale;
     const std::vector<std::int64_t> g = grid_positions(frames, rows, cols, 3, o);
     const std::size_t n = g.size() / 3;
-    std::int64_t last = next_ - 1;
+    // (>= next_) checked before any stream grows: a refused grid leaves the builder as it was
+    const std::int64_t last = *std::max_element(g.begin(), g.end());
+    if (last == std::numeric_limits<std::int64_t>::max())
+      throw error(
+          detail::concat("the grid's largest position (", last, ") leaves no next position in int64"));
     for (std::size_t a = 0; a < 3; ++a) {
       const auto first = g.begin() + static_cast<std::ptrdiff_t>(a * n);
       streams_[a].insert(streams_[a].end(), first, first + static_cast<std::ptrdiff_t>(n));
-      last = std::max(last, *std::max_element(first, first + static_cast<std::ptrdiff_t>(n)));
     }
     next_ = last + 1;
     return *this;

@@ -313,6 +313,41 @@ TEST(MultiAxisErrors, ThrowRotaryError) {
   expect_error([] { rotary::grid_positions(1, 0, 4, 3); }, {"grid (1 x 0 x 4)"});
   expect_error([] { rotary::grid_positions(1, 2, 4, 4); }, {"grid axes (4)"});
   expect_error([] { rotary::MropePositionBuilder().add_text(-1); }, {"text token count (-1)"});
+  // sizes and coordinates past int64 are refused before any arithmetic overflows (UBSan watches)
+  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+  expect_error([] { rotary::grid_positions(1, std::int64_t{1} << 32, std::int64_t{1} << 32, 2); },
+               {"more positions than a vector can hold"});
+  expect_error([] { rotary::grid_positions(7, 7905747460161236407, 1, 3); },
+               {"more positions than a vector can hold"});
+  expect_error(
+      [] {
+        rotary::grid_positions(3, 1, 1, 3, rotary::GridOptions{0, 1e300, 1});
+      },
+      {"overflows int64"});
+  expect_error(
+      [] {
+        rotary::grid_positions(1, 2, 1, 2, rotary::GridOptions{kMax, 1.0, 1});
+      },
+      {"overflows int64"});
+  expect_error(
+      [] {
+        rotary::grid_positions(2, 1, 1, 3, rotary::GridOptions{kMax - 1, 4.0, 1});
+      },
+      {"grid start (9223372036854775806)", "overflows int64"});
+  EXPECT_EQ(rotary::grid_positions(1, 1, 1, 3, rotary::GridOptions{kMax, 1.0, 1}),
+            (std::vector<std::int64_t>{kMax, kMax, kMax}));  // the largest position itself is valid
+  EXPECT_EQ(rotary::grid_positions(1, 1, 2, 2, rotary::GridOptions{kMax - 1, 1e300, 1}),
+            (std::vector<std::int64_t>{kMax - 1, kMax - 1, kMax - 1, kMax}));  // (2 axes: no t coordinate)
+  // a video grid whose last frame sits at 2^63 - 1024 (the largest double below 2^63): the next text
+  // position is 2^63 - 1023; 1022 text tokens reach INT64_MAX, one more overflows
+  rotary::MropePositionBuilder near_max;
+  near_max.add_grid(2, 1, 1, 9223372036854774784.0);
+  EXPECT_EQ(near_max.next_position(), kMax - 1022);
+  expect_error([&] { rotary::MropePositionBuilder(near_max).add_text(1023); }, {"overflow int64"});
+  near_max.add_text(1022);
+  EXPECT_EQ(near_max.next_position(), kMax);
+  expect_error([&] { near_max.add_grid(1, 1, 1); },
+               {"largest position (9223372036854775807) leaves no next"});
   std::vector<std::int64_t> seven(7, 0);
   expect_error([&] { AxisPositions(seven, 3); }, {"7 values, not a multiple of streams (3)"});
   expect_error([&] { AxisPositions(seven.data(), 9, 1); }, {"position streams (9)"});
