@@ -32,6 +32,7 @@
 #define ROTARY_FUSION_HPP
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -97,7 +98,25 @@ void qkv_split_rope(const R& rope, detail::identity_t<T>* qkv, std::int64_t toke
                     const KvCacheView<E>& v_cache, const QkNorm<W>* norm = nullptr, std::ptrdiff_t qkv_stride = 0,
                     const ParallelFor& parallel = {}) {
   const std::int64_t d = rope.head_dim();
-  const std::ptrdiff_t row = qkv_stride != 0 ? qkv_stride : (q_heads + 2 * kv_heads) * d;
+  // Before any arithmetic on the counts: negative ones, and a dense row past PTRDIFF_MAX, are refused
+  // here (the prologue's checks see the views made from them). The packed v heads are d wide: a
+  // v_cache of other rows would copy past them (the next head, the padding, the buffer's end).
+  using detail::concat;
+  if (tokens < 0 || q_heads < 0 || kv_heads < 0)
+    throw error(concat("qkv_split_rope: tokens (", tokens, "), q_heads (", q_heads, ") and kv_heads (",
+                       kv_heads, ") must be >= 0"));
+  std::uint64_t heads_u = 0;
+  std::uint64_t row_u = 0;
+  if (detail::mul_overflows(2, static_cast<std::uint64_t>(kv_heads), heads_u) ||
+      detail::add_overflows(heads_u, static_cast<std::uint64_t>(q_heads), heads_u) ||
+      detail::mul_overflows(heads_u, static_cast<std::uint64_t>(d), row_u) ||
+      row_u > static_cast<std::uint64_t>(std::numeric_limits<std::ptrdiff_t>::max()))
+    throw error(concat("qkv_split_rope: (q_heads (", q_heads, ") + 2 x kv_heads (", kv_heads,
+                       ")) x head_dim (", d, ") overflows ptrdiff_t: no buffer is that large"));
+  if (kv_heads > 0 && v_cache.head_dim != d)
+    throw error(concat("qkv_split_rope: v_cache rows are ", v_cache.head_dim,
+                       " values; the packed v heads are head_dim (", d, ")"));
+  const std::ptrdiff_t row = qkv_stride != 0 ? qkv_stride : static_cast<std::ptrdiff_t>(row_u);
   Prologue<T, E, W> c;
   c.rotate_q_in_place(qkv, {tokens, q_heads, row, d});
   c.write_kv(qkv + q_heads * d, {tokens, kv_heads, row, d}, qkv + (q_heads + kv_heads) * d,
@@ -134,6 +153,18 @@ void mla_rope(const R& rope, detail::identity_t<T>* q, const MlaQuery& shape, co
   if (cache.heads != 1 || latent_dim < 1)
     throw error(detail::concat("MLA cache must be one head of latent_dim + rope_dim (", rope_dim,
                                ") values per slot; it has ", cache.heads, " heads of ", cache.head_dim));
+  // Before any arithmetic on the shape: q's view starts nope_dim values into each head
+  if (shape.tokens < 0 || shape.heads < 0 || shape.nope_dim < 0)
+    throw error(detail::concat("MLA query: tokens (", shape.tokens, "), heads (", shape.heads,
+                               ") and nope_dim (", shape.nope_dim, ") must be >= 0"));
+  std::uint64_t dense_u = 0;
+  if (shape.nope_dim > std::numeric_limits<std::ptrdiff_t>::max() - rope_dim ||
+      detail::mul_overflows(static_cast<std::uint64_t>(shape.heads),
+                            static_cast<std::uint64_t>(shape.nope_dim + rope_dim), dense_u) ||
+      dense_u > static_cast<std::uint64_t>(std::numeric_limits<std::ptrdiff_t>::max()))
+    throw error(detail::concat("MLA query: heads (", shape.heads, ") x (nope_dim (", shape.nope_dim,
+                               ") + rope_dim (", rope_dim,
+                               ")) overflows ptrdiff_t: no buffer is that large"));
   const std::ptrdiff_t head = shape.nope_dim + rope_dim;
   // The two side-by-side views of the checked cache: a view's column range of valid rows is valid (the
   // same strides, scales and blocks), so they are cut without strided()'s checks, which the call's own
@@ -146,8 +177,10 @@ void mla_rope(const R& rope, detail::identity_t<T>* q, const MlaQuery& shape, co
   latent_view.head_dim = latent_dim;
   latent_view.head_stride = latent_dim;
   Prologue<T, E, T> c;
-  c.rotate_q_in_place(q + shape.nope_dim,
-                      {shape.tokens, shape.heads, shape.token_stride != 0 ? shape.token_stride : shape.heads * head, head});
+  c.rotate_q_in_place(
+      q + shape.nope_dim,
+      {shape.tokens, shape.heads,
+       shape.token_stride != 0 ? shape.token_stride : static_cast<std::ptrdiff_t>(dense_u), head});
   c.write_kv(k_pe, {shape.tokens, 1, k_pe_stride != 0 ? k_pe_stride : rope_dim, rope_dim}, latent,
              {shape.tokens, 1, latent_stride != 0 ? latent_stride : latent_dim, latent_dim}, k_pe_view,
              latent_view, slots);

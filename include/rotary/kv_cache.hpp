@@ -125,13 +125,13 @@ struct KvCacheView {
   }
   static KvCacheView paged(E* data, std::int64_t blocks, std::int64_t block_size, std::int64_t heads,
                            std::int64_t head_dim, float* scales = nullptr) {
-    return strided(data, blocks, block_size, heads, head_dim, block_size * heads * head_dim, heads * head_dim,
-                   head_dim, scales);
+    const std::ptrdiff_t block = dense_stride("paged", block_size, heads, head_dim);
+    return strided(data, blocks, block_size, heads, head_dim, block, heads * head_dim, head_dim, scales);
   }
   static KvCacheView paged_hnd(E* data, std::int64_t blocks, std::int64_t block_size, std::int64_t heads,
                                std::int64_t head_dim, float* scales = nullptr) {
-    return strided(data, blocks, block_size, heads, head_dim, block_size * heads * head_dim, head_dim,
-                   block_size * head_dim, scales);
+    const std::ptrdiff_t block = dense_stride("paged_hnd", block_size, heads, head_dim);
+    return strided(data, blocks, block_size, heads, head_dim, block, head_dim, block_size * head_dim, scales);
   }
   static KvCacheView sequences_bhsd(E* data, std::int64_t batch, std::int64_t heads, std::int64_t max_seq,
                                     std::int64_t head_dim, float* scales = nullptr) {
@@ -140,6 +140,22 @@ struct KvCacheView {
   static KvCacheView sequences_bshd(E* data, std::int64_t batch, std::int64_t max_seq, std::int64_t heads,
                                     std::int64_t head_dim, float* scales = nullptr) {
     return paged(data, batch, max_seq, heads, head_dim, scales);
+  }
+
+  // A dense block's stride block_size x heads x head_dim (its factors are the inner strides, so
+  // they fit too), refused where it exceeds PTRDIFF_MAX; 0 where a size is < 1, which strided()
+  // then refuses by name.
+  static std::ptrdiff_t dense_stride(const char* layout, std::int64_t block_size, std::int64_t heads,
+                                     std::int64_t head_dim) {
+    if (block_size < 1 || heads < 1 || head_dim < 1) return 0;
+    std::uint64_t n = 0;
+    if (detail::mul_overflows(static_cast<std::uint64_t>(block_size), static_cast<std::uint64_t>(heads), n) ||
+        detail::mul_overflows(n, static_cast<std::uint64_t>(head_dim), n) ||
+        n > static_cast<std::uint64_t>(std::numeric_limits<std::ptrdiff_t>::max()))
+      throw error(detail::concat(layout, " cache: block_size (", block_size, ") x heads (", heads,
+                                 ") x head_dim (", head_dim,
+                                 ") overflows ptrdiff_t (the block stride): no buffer is that large"));
+    return static_cast<std::ptrdiff_t>(n);
   }
 
   std::int64_t slots() const noexcept { return blocks * block_size; }

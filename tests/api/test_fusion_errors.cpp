@@ -154,6 +154,101 @@ TEST(FusedErrors, RefusesBadCallsWithClearMessages) {
       {"deinterleave", "half_split rotator"});
 }
 
+// Found by an adversarial review (2026-12-03): arguments that reached pointer or size arithmetic before
+// any check (UBSan: signed overflow; ASan: writes before q, reads past a packed qkv buffer), negative
+// counts the unfused steps accepted as no-ops, and a q-only qk_norm_rope refused for k's weight.
+TEST(FusedErrors, ShapesAreCheckedBeforeTheirArithmetic) {
+  using rotary_test::expect_error;
+  constexpr std::int64_t D = 8;
+  const rotary::Rope<float> rope(rotary::RotarySpec(D), 64);
+  std::vector<float> buf(4 + 2 * D, 1.0f), k_pe(2 * D, 1.0f), latent(8, 1.0f), mla(4 * 12);
+  // mla_rope: q's view starts nope_dim into each head; a negative nope_dim would rotate the 4 floats
+  // before q (they changed, unrefused)
+  for (std::size_t i = 0; i < 4; ++i) buf[i] = 100.0f + static_cast<float>(i);
+  float* const q = buf.data() + 4;
+  const std::vector<std::int64_t> one_slot = {0};
+  const auto mla_cache = KvCacheView<float>::paged(mla.data(), 1, 4, 1, 4 + D);
+  expect_error(
+      [&] {
+        rotary::mla_rope(rope, q, rotary::MlaQuery{1, 1, -4}, k_pe.data(), 0, latent.data(), 0,
+                         Positions::contiguous(5), Slots(one_slot), mla_cache, false);
+      },
+      {"MLA query", "nope_dim (-4) must be >= 0"});
+  for (std::size_t i = 0; i < 4; ++i) EXPECT_EQ(buf[i], 100.0f + static_cast<float>(i)) << "written before q";
+  expect_error(
+      [&] {
+        rotary::mla_rope(rope, q, rotary::MlaQuery{1, std::int64_t{1} << 61, 8}, k_pe.data(), 0,
+                         latent.data(), 0, Positions::contiguous(5), Slots(one_slot), mla_cache, false);
+      },
+      {"MLA query", "overflows ptrdiff_t"});
+  // qkv_split_rope: v_cache rows must be the packed heads' head_dim (wider read past the buffer or
+  // into padding, narrower dropped values); counts before the dense row's product
+  std::vector<float> qkv(2 * 3 * D, 1.0f), kc(4 * D), vc_wide(4 * 2 * D), vc_narrow(4 * D / 2);
+  const std::vector<std::int64_t> slots = {0, 1};
+  const auto k_cache = KvCacheView<float>::paged(kc.data(), 1, 4, 1, D);
+  expect_error(
+      [&] {
+        rotary::qkv_split_rope(rope, qkv.data(), 2, 0, 1, Positions::contiguous(0), Slots(slots), k_cache,
+                               KvCacheView<float>::paged(vc_wide.data(), 1, 4, 1, 2 * D));
+      },
+      {"v_cache rows are 16 values; the packed v heads are head_dim (8)"});
+  expect_error(
+      [&] {
+        rotary::qkv_split_rope(rope, qkv.data(), 1, 1, 1, Positions::contiguous(0), Slots(one_slot), k_cache,
+                               KvCacheView<float>::paged(vc_narrow.data(), 1, 4, 1, D / 2));
+      },
+      {"v_cache rows are 4 values"});
+  expect_error(
+      [&] {
+        rotary::qkv_split_rope(rope, qkv.data(), 1, std::int64_t{1} << 61, 1, Positions::contiguous(0),
+                               Slots(one_slot), k_cache, k_cache);
+      },
+      {"qkv_split_rope", "overflows ptrdiff_t"});
+  expect_error(
+      [&] {
+        rotary::qkv_split_rope(rope, qkv.data(), 1, -1, 1, Positions::contiguous(0), Slots(one_slot), k_cache,
+                               k_cache);
+      },
+      {"q_heads (-1)", "must be >= 0"});
+  // dense cache strides past PTRDIFF_MAX: refused by name, never computed
+  expect_error(
+      [&] { KvCacheView<float>::paged(kc.data(), 1, std::int64_t{1} << 40, std::int64_t{1} << 20, 1024); },
+      {"paged cache: block_size (1099511627776) x heads (1048576) x head_dim (1024) overflows"});
+  expect_error(
+      [&] {
+        KvCacheView<float>::paged_hnd(kc.data(), 1, std::int64_t{1} << 40, std::int64_t{1} << 20, 1024);
+      },
+      {"paged_hnd cache", "overflows"});
+  // the unfused steps refuse negative counts as the fused calls do (they did nothing, silently)
+  std::vector<float> x(2 * D, 1.0f);
+  const HeadNorm<float> l2 = HeadNorm<float>::weightless(1e-6f);
+  expect_error(
+      [&] {
+        rotary::rms_norm(x.data(), StridedLayout{-1, 1, D, D}, x.data(), StridedLayout{-1, 1, D, D}, D, l2);
+      },
+      {"tokens (-1) and heads (1) must be >= 0"});
+  expect_error(
+      [&] {
+        rotary::rms_norm(x.data(), StridedLayout{2, -1, D, D}, x.data(), StridedLayout{2, -1, D, D}, D, l2);
+      },
+      {"heads (-1) must be >= 0"});
+  std::int64_t slot = 0;
+  expect_error(
+      [&] {
+        rotary::write_kv_cache(x.data(), StridedLayout{-1, 1, D, D}, Slots::mapping(&slot, -1), k_cache);
+      },
+      {"tokens (-1) and heads (1) must be >= 0"});
+  // q-only qk_norm_rope: k's weight is not read, so it may be null; the result is q's rms_norm then RoPE
+  std::vector<float> w(D, 1.5f), q1(2 * D), q2(2 * D);
+  for (std::size_t i = 0; i < q1.size(); ++i) q1[i] = q2[i] = 0.25f * static_cast<float>(i) - 1.0f;
+  const StridedLayout ql{2, 1, D, D};
+  rotary::qk_norm_rope(rope, q1.data(), ql, static_cast<float*>(nullptr), StridedLayout{2, 0, 0, 0},
+                       rotary::QkNorm<float>{w.data(), nullptr, 1e-6f}, Positions::contiguous(3));
+  rotary::rms_norm(q2.data(), ql, q2.data(), ql, D, HeadNorm<float>::rms(w.data(), 1e-6f));
+  rotary::apply_strided(rope, q2.data(), ql, Positions::contiguous(3));
+  EXPECT_TRUE(same_bytes(q1, q2));
+}
+
 // Two caches interleaved in one buffer without sharing a row are one cache pair: FlashInfer's pages
 // [blocks, 2, block_size, heads, D] (k's block, then v's) and slot rows [heads, 2, D] (k's head h,
 // then v's). Both were refused ("share memory"); they give the bytes of two separate caches.

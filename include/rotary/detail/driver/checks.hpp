@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "../checked_math.hpp"
 #include "../format.hpp"
 #include "../geometry.hpp"
 #include "../kernels/kernel_args.hpp"
@@ -35,19 +36,6 @@ inline bool valid_or_report(const std::string& message) noexcept {
 // Whether a non-empty view (axes of count >= 1 and stride >= 0, rows of head_dim elements) spans at
 // most PTRDIFF_MAX bytes, computed without overflow. No buffer is larger, and past it the extent
 // arithmetic here and the kernels' row addresses would overflow.
-// a * b or a + b into out, true where it wraps (uint64).
-inline bool mul_overflows(std::uint64_t a, std::uint64_t b, std::uint64_t& out) noexcept {
-#if defined(__GNUC__)
-  return __builtin_mul_overflow(a, b, &out);
-#else
-  out = a * b;
-  return a != 0 && out / a != b;
-#endif
-}
-inline bool add_overflows(std::uint64_t a, std::uint64_t b, std::uint64_t& out) noexcept {
-  out = a + b;
-  return out < a;
-}
 
 inline bool span_fits(std::initializer_list<std::pair<std::int64_t, std::ptrdiff_t>> axes, std::int64_t head_dim,
                       std::size_t element_size) noexcept {
@@ -119,6 +107,8 @@ inline std::string rows_overlap_message(const std::string& name, const StridedRo
 template <class T>
 std::string check_view(const Name& name, const T* p, std::int64_t tokens, std::int64_t heads,
                        std::ptrdiff_t ts, std::ptrdiff_t hs, std::int64_t head_dim) {
+  if (tokens < 0 || heads < 0)
+    return concat(name, ": tokens (", tokens, ") and heads (", heads, ") must be >= 0");
   if (ts < 0 || hs < 0)
     return concat(name, " strides (token ", ts, ", head ", hs, ") must be >= 0");
   if (tokens > 0 && p == nullptr) return concat(name, " is null but holds ", tokens, " tokens");

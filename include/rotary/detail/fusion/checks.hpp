@@ -195,8 +195,9 @@ std::string check_prologue_shapes(const Prologue<T, E, W>& c, Pairing pairing) {
   if (std::string m = check_norm("q_norm", c.q_norm); !m.empty()) return m;
   if (std::string m = check_norm("k_norm", c.k_norm); !m.empty()) return m;
   if (std::string m = check_norm("l2_after", c.l2_after, false); !m.empty()) return m;
-  if (c.q_norm.enabled && c.q_norm.weight == nullptr) return "q_norm has no weight (use l2 for none)";
-  if (c.k_norm.enabled && c.k_norm.weight == nullptr) return "k_norm has no weight (use l2 for none)";
+  // (a stream the call does not have reads no weight: a q-only qk_norm_rope may leave k's null)
+  if (q && c.q_norm.enabled && c.q_norm.weight == nullptr) return "q_norm has no weight (use l2 for none)";
+  if (k && c.k_norm.enabled && c.k_norm.weight == nullptr) return "k_norm has no weight (use l2 for none)";
   return {};
 }
 
