@@ -92,6 +92,8 @@ struct RotarySpec {
       throw error(concat("rotary_dim (", d, ") must be even, positive and <= head_dim (", head_dim, ")"));
     if (!(base > 0.0) || !detail::finite(base))
       throw error(concat("base (", base, ") must be positive and finite"));
+    if (pairing != Pairing::interleaved && pairing != Pairing::half_split)  // an integer cast to Pairing
+      throw error(concat("pairing (", static_cast<int>(pairing), ") is neither interleaved nor half_split"));
     if (!freq_factors.empty() && static_cast<std::int64_t>(freq_factors.size()) != d / 2)
       throw error(concat("freq_factors has ", freq_factors.size(), " entries; rotary_dim/2 = ", d / 2,
                          " are needed"));

@@ -6,11 +6,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
+#include <string>
 #include <string_view>
 #include <type_traits>
 #include <vector>
 
 #include "config.hpp"
+#include "detail/checked_math.hpp"
 #include "types.hpp"
 
 namespace rotary {
@@ -46,8 +49,21 @@ struct BatchStrides {
   std::ptrdiff_t head = 0;
 };
 
-// Strides of a dense (contiguous) tensor in `layout`.
-inline BatchStrides dense_strides(Layout layout, const BatchShape& s) noexcept {
+// Strides of a dense (contiguous) tensor in `layout`. Throws rotary::error where one exceeds
+// PTRDIFF_MAX (no buffer is that large; the products would overflow); with a size < 0 the strides are
+// 0, and the view's checks refuse that size by name.
+inline BatchStrides dense_strides(Layout layout, const BatchShape& s) {
+  if (s.batch < 0 || s.seq < 0 || s.heads < 0 || s.head_dim < 0) return {};
+  // The outermost stride is the product of the three other sizes: if it fits, every stride does.
+  const std::int64_t outer = layout == Layout::sbhd ? s.batch : layout == Layout::bhsd ? s.heads : s.seq;
+  const std::int64_t middle = layout == Layout::bhsd ? s.seq : s.heads;
+  std::uint64_t n = 0;
+  if (detail::mul_overflows(static_cast<std::uint64_t>(outer), static_cast<std::uint64_t>(middle), n) ||
+      detail::mul_overflows(n, static_cast<std::uint64_t>(s.head_dim), n) ||
+      n > static_cast<std::uint64_t>(std::numeric_limits<std::ptrdiff_t>::max()))
+    throw error("a dense " + std::string(to_string(layout)) + " tensor of batch " + std::to_string(s.batch) +
+                ", seq " + std::to_string(s.seq) + ", heads " + std::to_string(s.heads) + ", head_dim " +
+                std::to_string(s.head_dim) + " has a stride past PTRDIFF_MAX: no buffer is that large");
   const std::ptrdiff_t d = s.head_dim;
   switch (layout) {
     case Layout::bhsd: return {s.heads * s.seq * d, d, s.seq * d};
@@ -62,10 +78,10 @@ inline std::ptrdiff_t batch_offset(const BatchStrides& st, std::int64_t b) noexc
 inline StridedLayout sequence_layout(const BatchShape& s, const BatchStrides& st) noexcept {
   return StridedLayout{s.seq, s.heads, st.seq, st.head};
 }
-inline std::ptrdiff_t batch_offset(Layout layout, const BatchShape& s, std::int64_t b) noexcept {
+inline std::ptrdiff_t batch_offset(Layout layout, const BatchShape& s, std::int64_t b) {
   return batch_offset(dense_strides(layout, s), b);
 }
-inline StridedLayout layout_of(Layout layout, const BatchShape& s) noexcept {
+inline StridedLayout layout_of(Layout layout, const BatchShape& s) {
   return sequence_layout(s, dense_strides(layout, s));
 }
 
@@ -78,7 +94,8 @@ struct BatchView {
 
   BatchView() = default;
   BatchView(T* d, const BatchShape& s, const BatchStrides& st) noexcept : data(d), shape(s), strides(st) {}
-  BatchView(T* d, Layout layout, const BatchShape& s) noexcept : data(d), shape(s), strides(dense_strides(layout, s)) {}
+  BatchView(T* d, Layout layout, const BatchShape& s)
+      : data(d), shape(s), strides(dense_strides(layout, s)) {}
   // Implicit, like T* to const T*: a mutable view passes where a read-only one is expected.
   template <class U, class = std::enable_if_t<std::is_same_v<const U, T> && !std::is_same_v<U, T>>>
   BatchView(const BatchView<U>& v) noexcept  // NOLINT(google-explicit-constructor)

@@ -37,6 +37,44 @@ TEST(Errors, Spec) {
   expect_error([&] { rotary::compute_frequencies(s); }, {"rho (inf)"});
   expect_error([] { rotary::parse_pairing("neox"); }, {"pairing (\"neox\")"});
   EXPECT_EQ(rotary::parse_pairing("interleaved"), Pairing::interleaved);
+  // an integer cast to Pairing is neither pairing (the kernels took it for interleaved)
+  const auto seven = static_cast<Pairing>(7);
+  expect_error([&] { rotary::compute_frequencies(RotarySpec(64, seven)); }, {"pairing (7) is neither"});
+  expect_error([&] { rotary::Rope<float>(RotarySpec(64, seven), 8); }, {"pairing (7)"});
+  std::vector<float> table(8 * 64);
+  expect_error(
+      [&] {
+        rotary::TableRope<float>(64, 64, seven,
+                                 rotary::CosSinTableView<float>::concatenated(table.data(), 8, 64));
+      },
+      {"pairing (7) is neither"});
+}
+
+// Dense batch strides are products of the shape: past PTRDIFF_MAX they are refused by name, before
+// they are formed (signed overflow before, and a message quoting the wrapped stride).
+TEST(Errors, DenseBatchStridesBeyondMemory) {
+  const rotary::Rope<float> rope(RotarySpec(8), 16);
+  std::vector<float> x(64);
+  expect_error(
+      [&] {
+        rotary::BatchView<float>(x.data(), rotary::Layout::bhsd,
+                                 rotary::BatchShape{1, std::int64_t{1} << 40, std::int64_t{1} << 30, 8});
+      },
+      {"dense bhsd tensor", "stride past PTRDIFF_MAX"});
+  expect_error(
+      [&] {
+        rotary::apply_batch(rope, rotary::Layout::sbhd, x.data(),
+                            rotary::BatchShape{std::int64_t{1} << 40, 1, std::int64_t{1} << 30, 8},
+                            rotary::SequencePositions::restart());
+      },
+      {"dense sbhd tensor", "heads 1073741824"});
+  // sizes the view refuses by name are left to it (negative: strides 0, no product formed)
+  expect_error(
+      [&] {
+        rotary::apply_batch(rope, rotary::Layout::bshd, x.data(), rotary::BatchShape{1, -2, 1, 8},
+                            rotary::SequencePositions::restart());
+      },
+      {"-2"});
 }
 
 TEST(Errors, Cache) {
