@@ -224,14 +224,25 @@ TEST(Onnx, NumHeadsDefaults) {
   expect_error([&] { contrib({b, s, h * d}, RotaryEmbeddingAttrs{false, 8, 0}); },
                {"onnx::contrib::rotary_embedding: 3-D input [2, 3, 64] with rotary_embedding_dim 8 needs num_heads > 0"});
   // A hidden size that is not a multiple of twice the cache width: ORT would leave its tail unwritten.
-  expect_error([&] {
-    rotary::onnx::contrib::rotary_embedding(x.data(), {b, s, h * d - 8}, ids.data(), {b, s}, cos.data(), sin.data(),
-                                            {max_pos, d / 2}, out.data(), RotaryEmbeddingAttrs{});
-  }, {"hidden size 56 is not a positive multiple of 16"});
+  expect_error(
+      [&] {
+        rotary::onnx::contrib::rotary_embedding(x.data(), {b, s, h * d - 8}, ids.data(), {b, s}, cos.data(),
+                                                sin.data(), {max_pos, d / 2}, out.data(),
+                                                RotaryEmbeddingAttrs{});
+      },
+      {"head_size = 2 * 8", "hidden size 56 is not a positive multiple of that"});
   expect_error([&] {
     rotary::onnx::contrib::rotary_embedding(x.data(), {b, s, h * d}, ids.data(), {b, s}, cos.data(), sin.data(),
                                             {max_pos, 0}, out.data(), RotaryEmbeddingAttrs{});
   }, {"twice the cos/sin cache width"});
+  // a cache width whose double overflows int64 ([1, 2^62] passes the element count): refused, no UB
+  expect_error(
+      [&] {
+        rotary::onnx::contrib::rotary_embedding(x.data(), {b, s, h * d}, ids.data(), {b, s}, cos.data(),
+                                                sin.data(), {1, std::int64_t{1} << 62}, out.data(),
+                                                RotaryEmbeddingAttrs{});
+      },
+      {"head_size = 2 * 4611686018427387904"});
 }
 
 // More tokens than cache rows: ORT refuses the call, but every position here is inside the cache, so the
@@ -269,6 +280,18 @@ TEST(Onnx, Refusals) {
   };
   using rotary_test::expect_error;
   expect_error([&] { call({2, 4, 24}, {50, 4}, ids.data(), a); }, {"3-D input [2, 4, 24] needs num_heads > 0"});
+  // an empty tensor whose other dimensions overflow int64 (their products are strides): refused before
+  // any is formed; an empty one that fits does nothing, 0 heads as 0 tokens
+  RotaryEmbeddingAttrs one_head = a;
+  one_head.num_heads = 1;
+  expect_error(
+      [&] {
+        call({0, std::int64_t{1} << 62, 8}, {50, 4}, ids.data(), one_head);
+      },
+      {"overflows int64"});
+  expect_error([&] { call({0, 1, std::int64_t{1} << 62, 8}, {50, 4}, ids.data(), a); }, {"overflows int64"});
+  EXPECT_NO_THROW(call({2, 0, 3, 8}, {50, 4}, ids.data(), a));
+  EXPECT_NO_THROW(call({2, 0, 3, 8}, {2, 3, 4}, nullptr, a));
   RotaryEmbeddingAttrs five = a;
   five.num_heads = 5;
   expect_error([&] { call({2, 4, 24}, {50, 4}, ids.data(), five); }, {"hidden size 24", "num_heads (5)"});

@@ -299,8 +299,11 @@ TEST(FlashAttn, Refusals) {
   std::vector<float> x(2 * 5 * 2 * 16), out(x.size()), cos(8 * 8), sin(8 * 8);
   using rotary_test::expect_error;
   namespace fa = rotary::flash_attn;
-  expect_error([&] { fa::apply_rotary_emb(x.data(), out.data(), 2, 5, 2, 16, cos.data(), sin.data(), {8, 9}); },
-               {"rotary_dim (18) must be <= headdim (16)"});
+  expect_error(
+      [&] {
+        fa::apply_rotary_emb(x.data(), out.data(), 2, 5, 2, 16, cos.data(), sin.data(), {8, 9});
+      },
+      {"rotary_dim (2 x 9) must be <= headdim (16)"});
   expect_error([&] { fa::apply_rotary_emb(x.data(), x.data() + 1, 2, 5, 2, 16, cos.data(), sin.data(), {8, 8}); },
                {"out overlaps x"});
   const std::vector<std::int64_t> neg{0, -1};
@@ -417,6 +420,24 @@ TEST(FlashAttn, ShapesBeyondMemoryRefusedBeforeArithmetic) {
                {"flash_attn::apply_rotary_emb_varlen", "spans more than PTRDIFF_MAX bytes"});
   EXPECT_NO_THROW(fa::apply_rotary_emb(x.data(), x.data(), std::int64_t{1} << 61, 0, 1, 8, cos.data(), sin.data(),
                                        {8, 4}));
+  // a table half past INT64_MAX / 2: compared with headdim / 2, not doubled (signed overflow before)
+  expect_error(
+      [&] {
+        fa::apply_rotary_emb(x.data(), x.data(), 1, 1, 1, 8, cos.data(), sin.data(),
+                             {4, std::numeric_limits<std::int64_t>::max() / 2 + 1});
+      },
+      {"rotary_dim (2 x 4611686018427387904) must be <= headdim (8)"});
+  // no heads: an empty tensor, as with no tokens (it was refused by an inner call's message)
+  EXPECT_NO_THROW(fa::apply_rotary_emb(x.data(), x.data(), 2, 3, 0, 8, cos.data(), sin.data(), {8, 4}));
+  // vLLM's dense form: num_heads x head_size is refused by name before it is a stride
+  std::vector<std::int64_t> pos(1, 0);
+  expect_error(
+      [&] {
+        rotary::vllm::rotary_embedding(pos.data(), 1, x.data(),
+                                       std::numeric_limits<std::int64_t>::max() / 4 + 1,
+                                       static_cast<float*>(nullptr), 0, 8, cos.data(), 4, 8, true);
+      },
+      {"vllm::rotary_embedding: num_heads (2305843009213693952) x head_size (8) overflows ptrdiff_t"});
 }
 
 }  // namespace

@@ -89,8 +89,8 @@ void run_sequences(const char* op, const T* x, T* out, const std::vector<std::in
     throw error(concat(op, ": nheads (", nheads, ") must be >= 0 and headdim (", headdim, ") > 0"));
   if (ts.seqlen_ro < 0 || ts.half <= 0)
     throw error(concat(op, ": cos/sin shape (", ts.seqlen_ro, ", ", ts.half, ") must be (seqlen_ro >= 0, rotary_dim/2 > 0)"));
-  if (2 * ts.half > headdim)
-    throw error(concat(op, ": rotary_dim (", 2 * ts.half, ") must be <= headdim (", headdim, ")"));
+  if (ts.half > headdim / 2)  // rotary_dim = 2 x half <= headdim, without the product (half may be any int64)
+    throw error(concat(op, ": rotary_dim (2 x ", ts.half, ") must be <= headdim (", headdim, ")"));
   if (cos == nullptr || sin == nullptr) throw error(concat(op, ": null cos or sin"));
   const auto count = static_cast<std::int64_t>(starts.size()) - 1;
   if (o.seqlen_offsets.is_null() && o.seqlen_offsets.count() > 0)
@@ -135,7 +135,7 @@ void run_sequences(const char* op, const T* x, T* out, const std::vector<std::in
     const std::int64_t offset = offsets[static_cast<std::size_t>(b)];
     // FlashAttention's masking: positions at or past seqlen_ro keep their values.
     const std::int64_t rotated = offset >= ts.seqlen_ro ? 0 : std::min(len, ts.seqlen_ro - offset);
-    if (rotated > 0) {
+    if (rotated > 0 && nheads > 0) {  // (no heads: an empty tensor, nothing to rotate)
       const StridedLayout l{rotated, nheads, token, headdim};
       apply_strided(rope, x + first * token, l, out + first * token, l, Positions::contiguous(offset), dir);
     }

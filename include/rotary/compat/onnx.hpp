@@ -61,16 +61,22 @@ inline std::string shape_string(const std::vector<std::int64_t>& s) {
   return out + "]";
 }
 
-// The element count of a shape, refusing negative dimensions and int64 overflow.
+// The element count of a shape, refusing negative dimensions and int64 overflow, also of the
+// nonzero dimensions of an empty shape: the strides of [0, 2^62, 8] overflow all the same.
 inline std::int64_t elements(const std::vector<std::int64_t>& s, const char* name) {
   std::int64_t n = 1;
+  bool empty = false;
   for (const std::int64_t d : s) {
     if (d < 0) throw error(concat(name, " shape ", shape_string(s), " has a negative dimension"));
-    if (d > 0 && n > std::numeric_limits<std::int64_t>::max() / d)
+    if (d == 0) {
+      empty = true;
+      continue;
+    }
+    if (n > std::numeric_limits<std::int64_t>::max() / d)
       throw error(concat(name, " shape ", shape_string(s), " overflows int64"));
     n *= d;
   }
-  return n;
+  return empty ? 0 : n;
 }
 
 // An input tensor as batches of strided tokens x heads, and the rotation dimension.
@@ -124,11 +130,14 @@ inline RotaryEmbeddingAttrs contrib_attrs(const std::vector<std::int64_t>& shape
     throw error(concat(op, ": 3-D input ", shape_string(shape), " with rotary_embedding_dim ",
                        attrs.rotary_embedding_dim, " needs num_heads > 0 (num_heads 0 infers the head size "
                        "from the cos/sin cache only when rotary_embedding_dim is 0)"));
-  const std::int64_t head = 2 * cache_shape[1];  // elements() bounded the cache: no overflow
+  // 0 where twice the width (>= 0: elements() refused negative dimensions) would overflow int64; a
+  // [1, 2^62] or [0, 2^62] cache passes elements(), so its product alone does not bound the width
+  const std::int64_t width = cache_shape[1];
+  const std::int64_t head = width <= std::numeric_limits<std::int64_t>::max() / 2 ? 2 * width : 0;
   if (head <= 0 || shape[2] % head != 0 || shape[2] == 0)
     throw error(concat(op, ": 3-D input ", shape_string(shape), " with num_heads 0 takes head_size = 2 * ",
-                       cache_shape[1], " (twice the cos/sin cache width), and its hidden size ", shape[2],
-                       " is not a positive multiple of ", head, "; give num_heads"));
+                       width, " (twice the cos/sin cache width), and its hidden size ", shape[2],
+                       " is not a positive multiple of that; give num_heads"));
   RotaryEmbeddingAttrs inferred = attrs;
   inferred.num_heads = shape[2] / head;
   return inferred;
@@ -145,6 +154,7 @@ template <class T, class TableOf, class PositionsOf>
 void run_batches(const T* input, T* output, const Geometry& g, bool interleaved, const TableOf& table_of,
                  const PositionsOf& positions_of) {
   const Pairing pairing = interleaved ? Pairing::interleaved : Pairing::half_split;
+  if (g.heads == 0) return;  // an empty tensor ([B, 0, S, D]): nothing to rotate, as for S or B = 0
   for (std::int64_t b = 0; b < g.batch; ++b) {
     const TableRope<T, T> rope(g.head_dim, g.rotary_dim, pairing, table_of(b));
     apply_strided(rope, input + b * g.batch_stride, g.per_batch, output + b * g.batch_stride, g.per_batch,

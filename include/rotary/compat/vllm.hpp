@@ -16,6 +16,7 @@
 #define ROTARY_COMPAT_VLLM_HPP
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <tuple>
 
@@ -76,8 +77,20 @@ void rotary_embedding(const std::int64_t* positions, std::int64_t num_tokens, T*
                       T* key, std::int64_t num_kv_heads, std::int64_t head_size, const E* cos_sin_cache,
                       std::int64_t max_position, std::int64_t rot_dim, bool is_neox) {
   const std::int64_t kv = key == nullptr ? 0 : num_kv_heads;
-  rotary_embedding_strided(positions, num_tokens, query, num_heads, num_heads * head_size, head_size, key, kv,
-                           kv * head_size, head_size, head_size, cos_sin_cache, max_position, rot_dim, is_neox);
+  // The dense token strides, refused where they overflow (negative counts: 0, which the strided
+  // form's checks refuse by name)
+  const auto row = [head_size](const char* name, std::int64_t heads) -> std::int64_t {
+    std::uint64_t n = 0;
+    if (heads < 0 || head_size < 0) return 0;
+    if (detail::mul_overflows(static_cast<std::uint64_t>(heads), static_cast<std::uint64_t>(head_size), n) ||
+        n > static_cast<std::uint64_t>(std::numeric_limits<std::ptrdiff_t>::max()))
+      throw error(detail::concat("vllm::rotary_embedding: ", name, " (", heads, ") x head_size (", head_size,
+                                 ") overflows ptrdiff_t: no buffer is that large"));
+    return static_cast<std::int64_t>(n);
+  };
+  rotary_embedding_strided(positions, num_tokens, query, num_heads, row("num_heads", num_heads), head_size,
+                           key, kv, row("num_kv_heads", kv), head_size, head_size, cos_sin_cache,
+                           max_position, rot_dim, is_neox);
 }
 
 }  // namespace rotary::vllm
