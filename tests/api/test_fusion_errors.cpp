@@ -249,6 +249,50 @@ TEST(FusedErrors, ShapesAreCheckedBeforeTheirArithmetic) {
   EXPECT_TRUE(same_bytes(q1, q2));
 }
 
+// Packed rows [q | k | v | padding] whose v heads are narrower than q's (v_cache.head_dim 4 < 8): q's
+// output and v share no element, so the call is served (it was refused: "q output and v share
+// memory", a test that needed equal row lengths), bit for bit as its unfused steps; v over q's rows
+// is still refused.
+TEST(Fused, NarrowerPackedVHeadsAreApartFromQ) {
+  constexpr std::int64_t D = 8, T = 3, R = 24, Dv = 4;
+  const rotary::Rope<float> rope(rotary::RotarySpec(D), 64);
+  std::mt19937_64 rng(rotary_test::seed() + 1210);
+  const std::vector<float> packed = rotary_test::random_vector<float>(static_cast<std::size_t>(T * R), rng);
+  const std::vector<std::int64_t> slots = {3, 0, 5};
+  const auto run = [&](bool fused, std::vector<float>& buf, std::vector<float>& kc, std::vector<float>& vc) {
+    const StridedLayout q{T, 1, R, D}, v{T, 1, R, Dv};
+    const auto k_cache = KvCacheView<float>::paged(kc.data(), 2, 4, 1, D);
+    const auto v_cache = KvCacheView<float>::paged(vc.data(), 2, 4, 1, Dv);
+    if (fused) {
+      rotary::rope_kv_write(rope, buf.data(), q, buf.data() + D, q, buf.data() + 2 * D, v,
+                            Positions::contiguous(7), Slots(slots), k_cache, v_cache);
+    } else {
+      rotary::apply_qk_strided(rope, buf.data(), q, buf.data(), q, buf.data() + D, q, buf.data() + D, q,
+                               Positions::contiguous(7));
+      rotary::write_kv_cache(buf.data() + D, q, Slots(slots), k_cache);
+      rotary::write_kv_cache(buf.data() + 2 * D, v, Slots(slots), v_cache);
+    }
+  };
+  std::vector<float> b1 = packed, b2 = packed, k1(8 * D), k2(8 * D), v1(8 * Dv), v2(8 * Dv);
+  run(true, b1, k1, v1);
+  run(false, b2, k2, v2);
+  for (std::int64_t t = 0; t < T; ++t)  // q rotated in place; the fused call leaves k's rows as they were
+    for (std::int64_t i = 0; i < D; ++i)
+      EXPECT_EQ(b1[static_cast<std::size_t>(t * R + i)], b2[static_cast<std::size_t>(t * R + i)]);
+  EXPECT_TRUE(same_bytes(k1, k2));
+  EXPECT_TRUE(same_bytes(v1, v2));
+  std::vector<float> b3 = packed, k3(8 * D), v3(8 * Dv);
+  rotary_test::expect_error(
+      [&] {
+        rotary::rope_kv_write(rope, b3.data(), StridedLayout{T, 1, R, D}, b3.data() + D,
+                              StridedLayout{T, 1, R, D}, b3.data() + 6, StridedLayout{T, 1, R, Dv},
+                              Positions::contiguous(7), Slots(slots),
+                              KvCacheView<float>::paged(k3.data(), 2, 4, 1, D),
+                              KvCacheView<float>::paged(v3.data(), 2, 4, 1, Dv));
+      },
+      {"q output and v share memory"});
+}
+
 // Two caches interleaved in one buffer without sharing a row are one cache pair: FlashInfer's pages
 // [blocks, 2, block_size, heads, D] (k's block, then v's) and slot rows [heads, 2, D] (k's head h,
 // then v's). Both were refused ("share memory"); they give the bytes of two separate caches.

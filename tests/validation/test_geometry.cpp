@@ -112,6 +112,9 @@ void check_one(const View& a, const View& b, const T* arena) {
   if (ga.heads_apart(gb)) {
     EXPECT_TRUE(brute_apart(a, b));
   }
+  if (ga.blocks_apart(gb)) {
+    EXPECT_TRUE(brute_apart(a, b));
+  }
 }
 
 template <class T>
@@ -120,6 +123,7 @@ void sweep(std::uint64_t seed_offset) {
   std::vector<T> arena(static_cast<std::size_t>(kArena));
   std::uniform_int_distribution<std::int64_t> row_len(1, 8);
   std::int64_t exact = 0;
+  std::int64_t by_blocks = 0;  // pairs whose extents overlap, found apart by blocks_apart
   for (int i = 0; i < 20000; ++i) {
     const std::size_t n = 1 + static_cast<std::size_t>(i % 3);
     const std::int64_t len = row_len(rng);
@@ -128,9 +132,19 @@ void sweep(std::uint64_t seed_offset) {
     if (i % 4 == 0) {  // b: the heads next to a's, same strides (a fused QKV buffer), or a itself
       b.axes = a.axes;
       b.offset = a.offset + (i % 8 == 0 ? 0 : a.axes.back().stride * (a.axes.back().count + (i % 3)));
+    } else if (i % 4 == 1) {  // b: rows of another length in the same outer steps, at or near the end
+      b.axes[0].stride = a.axes[0].stride;  // of a's block in each (packed q and narrower v heads)
+      b.row_len = row_len(rng);
+      std::ptrdiff_t block = a.row_len;
+      for (std::size_t k = 1; k < a.axes.size(); ++k)
+        block += a.axes[k].count > 0 ? (a.axes[k].count - 1) * a.axes[k].stride : 0;
+      b.offset = a.offset + block + static_cast<std::ptrdiff_t>(i % 3) - 1;
     }
     SCOPED_TRACE(testing::Message() << "case " << i << " " << rotary_test::seed_note());
     check_one(a, b, arena.data());
+    const StridedRows ga = a.geometry(arena.data());
+    const StridedRows gb = b.geometry(arena.data());
+    if (ga.overlaps(gb) && ga.blocks_apart(gb)) ++by_blocks;
     // Nesting strides: the O(1) answer is exact.
     std::vector<Axis> sorted = a.axes;
     std::sort(sorted.begin(), sorted.end(), [](const Axis& x, const Axis& y) { return x.stride < y.stride; });
@@ -149,6 +163,7 @@ void sweep(std::uint64_t seed_offset) {
     }
   }
   EXPECT_GT(exact, 1000);  // the sweep reaches both answers
+  EXPECT_GT(by_blocks, 20);  // 50-85 of the 20,000 cases
 }
 
 TEST(Geometry, AgreesWithBytesF32) { sweep<float>(1); }

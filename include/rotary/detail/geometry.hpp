@@ -163,8 +163,37 @@ struct StridedRows {
     return u.rows_disjoint();
   }
 
+  // Two views that repeat with one outer stride (axis 0: the tokens), the rows of each outer step in
+  // one block of inner_span() elements (strides >= 0): disjoint when, within that stride, the first
+  // view's block ends before the other's begins and the other's ends before the first's next one.
+  // Any row lengths: the q heads and the narrower v heads of one packed row (heads_apart needs equal
+  // ones). Bounding extents of such views overlap too.
+  std::int64_t inner_span() const noexcept {
+    std::int64_t e = head_dim;
+    for (int a = 1; a < n; ++a) e += (axis(a).count - 1) * axis(a).stride;
+    return e;
+  }
+  bool blocks_apart(const StridedRows& o) const noexcept {
+    if (n == 0 || o.n == 0 || element != o.element || empty() || o.empty()) return false;
+    const std::ptrdiff_t ts = axis(0).stride;
+    if (ts <= 0 || o.axis(0).stride != ts) return false;
+    for (const StridedRows* v : {this, &o})
+      for (int a = 1; a < v->n; ++a)
+        if (v->axis(a).stride < 0) return false;
+    const bool this_first = base <= o.base;
+    const std::uintptr_t bytes = this_first ? o.base - base : base - o.base;
+    if (bytes % element != 0) return false;
+    const std::uintptr_t delta = bytes / element;
+    const auto first = static_cast<std::uintptr_t>((this_first ? *this : o).inner_span());
+    const auto second = static_cast<std::uintptr_t>((this_first ? o : *this).inner_span());
+    const auto stride = static_cast<std::uintptr_t>(ts);
+    return first <= delta && delta <= stride && second <= stride - delta;
+  }
+
   // No row of one view shares an element with a row of the other (sufficient).
-  bool apart(const StridedRows& o) const noexcept { return !overlaps(o) || heads_apart(o); }
+  bool apart(const StridedRows& o) const noexcept {
+    return !overlaps(o) || heads_apart(o) || blocks_apart(o);
+  }
 };
 
 // The rows of `tokens` x `heads` rows of head_dim elements at p (the common two-axis view).
