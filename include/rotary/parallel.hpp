@@ -40,7 +40,8 @@ namespace rotary {
 
 // Must call body(begin, end) over disjoint ranges that cover [0, n) exactly, possibly concurrently,
 // and return when all calls have returned. An empty ParallelFor runs body(0, n) on the caller.
-// rotary's bodies do not throw; a ParallelFor that runs other bodies decides what a throw does.
+// rotary's bodies throw only when called outside [0, n) (rotary::error: a broken ParallelFor);
+// a ParallelFor that runs other bodies decides what a throw does.
 using ParallelFor =
     std::function<void(std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& body)>;
 

@@ -816,6 +816,33 @@ TEST(MinimumWork, LargerCallsSplitIntoChunksOfAtLeastTheMinimum) {
   EXPECT_EQ(recorded_calls(40 * kTokensPerPart), std::vector<std::int64_t>{40 * kTokensPerPart});
 }
 
+// A ParallelFor that calls the body outside [0, n) (a broken pool) is refused by name before any
+// row is touched (it rotated memory past the tensors: ASan SEGV), on both paths: the tokens
+// themselves, and a few chunks of them. Nothing of the tensor is written.
+TEST(MinimumWork, BodyRangesOutsideTheCallAreRefused) {
+  const rotary_test::MinPartBytes fixed(kFixedMinimum);
+  const rotary::Rope<float> rope(RotarySpec(64, Pairing::half_split), 1 << 14);
+  for (const std::int64_t tokens : {40 * kTokensPerPart, 3 * kTokensPerPart}) {
+    for (const int broken : {0, 1, 2}) {  // past the end, before the start, reversed
+      const rotary::ParallelFor bad = [broken](std::int64_t n,
+                                               const std::function<void(std::int64_t, std::int64_t)>& body) {
+        if (broken == 0) body(0, n + 64);
+        if (broken == 1) body(-1, n);
+        if (broken == 2) body(n, 0);
+      };
+      std::vector<float> x(static_cast<std::size_t>(tokens * 64), 0.5f);
+      const std::vector<float> before = x;
+      rotary_test::expect_error(
+          [&] {
+            rotary::apply(rope, Eigen::Map<rotary::RowMatrix<float>>(x.data(), tokens, 64),
+                          Positions::contiguous(5), 1, {Direction::forward, bad});
+          },
+          {"the ParallelFor called the body over", "outside [0, "});
+      EXPECT_TRUE(same_bits(x, before)) << tokens << " tokens, broken " << broken;
+    }
+  }
+}
+
 // Fused q+k: the key heads' bytes count too (1 + 1 heads: half the tokens per part), and so do the
 // batch entry points (BHSD batches run one region over all sequences).
 TEST(MinimumWork, KeysAndBatchesCount) {

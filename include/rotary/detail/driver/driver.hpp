@@ -213,6 +213,14 @@ constexpr std::int64_t kTokenSplitParts = 32;
 // wider pool leaves its extra threads idle instead of splitting finer; more (kTokenSplitParts)
 // hands it the n tokens. The split never changes the bits: kernels go per token. Every entry point
 // that threads (apply, fused q+k, batches, varlen, the fused prologues) splits here.
+// A ParallelFor must call the body over ranges within [0, n) (parallel.hpp); one that does not is a
+// bug in the caller's pool, refused by name instead of rotating memory past the tensors. (From a
+// worker thread the exception ends the program: loud either way.)
+[[noreturn]] ROTARY_COLD inline void bad_parallel_range(std::int64_t begin, std::int64_t end,
+                                                        std::int64_t n) {
+  throw error(concat("the ParallelFor called the body over [", begin, ", ", end, "), outside [0, ", n, ")"));
+}
+
 template <class Body>
 void for_token_ranges(std::int64_t n, std::int64_t bytes_per_token, const ParallelFor& parallel, const Body& body) {
   if (!parallel || n < 2) {
@@ -226,9 +234,13 @@ void for_token_ranges(std::int64_t n, std::int64_t bytes_per_token, const Parall
   if (parts < 2) {
     body(std::int64_t{0}, n);
   } else if (parts >= kTokenSplitParts || parts >= n) {
-    parallel(n, body);
+    parallel(n, [n, &body](std::int64_t begin, std::int64_t end) {
+      if (begin < 0 || begin > end || end > n) bad_parallel_range(begin, end, n);
+      body(begin, end);
+    });
   } else {
     parallel(parts, [n, parts, &body](std::int64_t first, std::int64_t last) {
+      if (first < 0 || first > last || last > parts) bad_parallel_range(first, last, parts);
       body(split_bound(n, parts, first), split_bound(n, parts, last));
     });
   }
