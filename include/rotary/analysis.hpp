@@ -55,9 +55,13 @@ namespace detail {
 
 inline void check_theta(const std::vector<double>& theta, const char* what) {
   if (theta.empty()) throw error(concat(what, ": theta is empty (rotary_dim must be > 0)"));
-  for (std::size_t j = 0; j < theta.size(); ++j)
+  for (std::size_t j = 0; j < theta.size(); ++j) {
     if (!detail::finite(theta[j]))
       throw error(concat(what, ": theta[", j, "] (", theta[j], ") must be finite"));
+    if (!(std::fabs(theta[j]) <= kMaxTheta))
+      throw error(concat(what, ": theta[", j, "] (", theta[j], ") exceeds kMaxTheta (", kMaxTheta,
+                         "), where the exact angle reduction ends; reduce it mod 2 pi"));
+  }
 }
 
 inline std::vector<Turns> analysis_turns(const std::vector<double>& theta) {
@@ -116,12 +120,17 @@ inline std::vector<std::int64_t> linear_distances(std::int64_t first, std::int64
   using detail::concat;
   if (step <= 0) throw error(concat("step (", step, ") must be positive"));
   if (last < first) throw error(concat("last (", last, ") must be >= first (", first, ")"));
-  std::vector<std::int64_t> d;
-  d.reserve(static_cast<std::size_t>((last - first) / step + 1));
-  for (std::int64_t v = first;; v += step) {
-    d.push_back(v);
-    if (last - v < step) break;
-  }
+  // In uint64 (last - first fits there for any int64 pair): the count, refused past a vector's size
+  const std::uint64_t span = static_cast<std::uint64_t>(last) - static_cast<std::uint64_t>(first);
+  const std::uint64_t steps = span / static_cast<std::uint64_t>(step);  // count - 1 (count may be 2^64)
+  if (steps >= std::vector<std::int64_t>().max_size() / 2)
+    throw error(concat("linear_distances [", first, ", ", last, "] step ", step, " has ", steps,
+                       " + 1 values: more than a vector can hold"));
+  const std::uint64_t count = steps + 1;
+  std::vector<std::int64_t> d(static_cast<std::size_t>(count));
+  for (std::uint64_t i = 0; i < count; ++i)  // first + i x step <= last: exact in int64
+    d[static_cast<std::size_t>(i)] =
+        static_cast<std::int64_t>(static_cast<std::uint64_t>(first) + i * static_cast<std::uint64_t>(step));
   return d;
 }
 
@@ -208,10 +217,11 @@ std::vector<std::complex<double>> pair_products(const Eigen::MatrixBase<DQ>& q,
                                                 const Eigen::MatrixBase<DK>& k, Pairing pairing,
                                                 std::int64_t pairs) {
   using detail::concat;
+  detail::check_pairing(pairing, "pair_products");
   if (pairs <= 0) throw error(concat("pairs (", pairs, ") must be positive"));
   if (q.size() != k.size()) throw error(concat("q has ", q.size(), " coordinates but k has ", k.size()));
-  if (q.size() < 2 * pairs)
-    throw error(concat("q and k have ", q.size(), " coordinates; ", pairs, " pairs need ", 2 * pairs));
+  if (pairs > q.size() / 2)  // (2 x pairs could overflow)
+    throw error(concat("q and k have ", q.size(), " coordinates; ", pairs, " pairs need twice as many"));
   std::vector<std::complex<double>> h(static_cast<std::size_t>(pairs));
   for (std::int64_t j = 0; j < pairs; ++j) {
     const std::int64_t a = pairing == Pairing::interleaved ? 2 * j : j;

@@ -58,6 +58,8 @@ inline void check_rows(std::int64_t rows, std::int64_t heads, std::int64_t head_
 // Source row of each destination row: dst.row(i) = src.row(map[i]) converts `from` -> `to`.
 inline std::vector<std::int64_t> pairing_row_map(Pairing from, Pairing to, std::int64_t heads, std::int64_t head_dim,
                                                  std::int64_t rotary_dim) {
+  detail::check_pairing(from, "pairing_row_map: from");
+  detail::check_pairing(to, "pairing_row_map: to");
   const std::int64_t rows = detail::checked_geometry(heads, head_dim, rotary_dim, "pairing_row_map");
   if (static_cast<std::uint64_t>(rows) > std::vector<std::int64_t>().max_size())
     throw error(detail::concat("pairing_row_map: ", rows, " rows (heads ", heads, " x head_dim ", head_dim,

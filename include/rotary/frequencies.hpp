@@ -35,6 +35,14 @@ struct ReceptiveField {
   double rho = 1.0;
 };
 
+// The largest |theta_j| rotary accepts, in radians per position. The exact angle reduction
+// (detail/exact_angle.hpp) holds m * theta / (2 pi) to ~2^-106 relative: at |m| up to 2^63 that is
+// ~2^-40 turns for |theta| <= 64, far below a float's rounding, while larger theta lose turns
+// (and from ~1e290 overflow the reduction). Rotations at integer positions depend only on theta
+// mod 2 pi, and every rule rotary implements gives |theta| <= 1 (alpha / base^rho aside), so a
+// larger theta is refused rather than served inexactly: reduce it mod 2 pi.
+inline constexpr double kMaxTheta = 64.0;
+
 // theta_j for j < rotary_dim/2, and the factor by which cos and sin are scaled (1 unless a scaling
 // rule such as YaRN or longrope says otherwise; logits then scale by its square).
 struct Frequencies {
@@ -46,9 +54,14 @@ struct Frequencies {
   void validate() const {
     using detail::concat;
     if (theta.empty()) throw error("frequencies: theta is empty (rotary_dim must be > 0)");
-    for (std::size_t j = 0; j < theta.size(); ++j)
+    for (std::size_t j = 0; j < theta.size(); ++j) {
       if (!detail::finite(theta[j]))
         throw error(concat("theta[", j, "] (", theta[j], ") must be finite"));
+      if (!(std::fabs(theta[j]) <= kMaxTheta))
+        throw error(concat("theta[", j, "] (", theta[j], ") exceeds kMaxTheta (", kMaxTheta,
+                           " rad per position), where the exact angle reduction ends; rotations at integer "
+                           "positions depend only on theta mod 2 pi: reduce it"));
+    }
     if (!(attention_factor > 0.0) || !detail::finite(attention_factor))
       throw error(concat("attention_factor (", attention_factor, ") must be positive and finite"));
   }
@@ -92,8 +105,7 @@ struct RotarySpec {
       throw error(concat("rotary_dim (", d, ") must be even, positive and <= head_dim (", head_dim, ")"));
     if (!(base > 0.0) || !detail::finite(base))
       throw error(concat("base (", base, ") must be positive and finite"));
-    if (pairing != Pairing::interleaved && pairing != Pairing::half_split)  // an integer cast to Pairing
-      throw error(concat("pairing (", static_cast<int>(pairing), ") is neither interleaved nor half_split"));
+    detail::check_pairing(pairing);
     if (!freq_factors.empty() && static_cast<std::int64_t>(freq_factors.size()) != d / 2)
       throw error(concat("freq_factors has ", freq_factors.size(), " entries; rotary_dim/2 = ", d / 2,
                          " are needed"));

@@ -77,8 +77,12 @@ inline std::int64_t checked_pairs(const RotarySpec& spec, const std::vector<doub
   return pairs;
 }
 
+// Any int64 positions (negative ones too), but a contiguous run must not leave int64.
 inline void check_grad_positions(const Positions& positions, std::int64_t tokens) {
   require(true, [&] { return check_position_array(positions, tokens, "positions"); });
+  if (positions.is_contiguous() && tokens > 1 &&
+      positions.start() > std::numeric_limits<std::int64_t>::max() - (tokens - 1))
+    throw error(concat("positions start (", positions.start(), ") + ", tokens, " tokens overflows int64"));
 }
 
 // grad[j] += sign * sum_t m_t sum_h (g1 y0 - g0 y1); y(t, h, i) and g(t, h, i) read coordinate i of head
@@ -247,6 +251,7 @@ ScoreGradient score_gradient(const Frequencies& f, Pairing pairing, const Eigen:
                              std::int64_t m, const Eigen::MatrixBase<DK>& k, std::int64_t n) {
   using detail::concat;
   f.validate();
+  detail::check_pairing(pairing, "score_gradient");
   const auto pairs = static_cast<std::int64_t>(f.theta.size());
   if (q.size() != k.size()) throw error(concat("q has ", q.size(), " coordinates but k has ", k.size()));
   if (q.size() < 2 * pairs)
@@ -327,6 +332,12 @@ inline ReceptiveFieldGradient receptive_field_gradient(const std::vector<double>
   }
   r.d_alpha = static_cast<double>(d_alpha);
   r.d_rho = static_cast<double>(-static_cast<long double>(rf.alpha) * log_base * base_pow * g_sum);
+  // base^-rho beyond the range of a double (rho = -1e5), or gradients that overflow: refused, as
+  // attention_pattern refuses that phi, rather than returned as inf / NaN
+  if (!detail::finite(static_cast<double>(base_pow)) || !detail::finite(r.d_alpha) ||
+      !detail::finite(r.d_rho))
+    throw error(concat("receptive_field_gradient: base^-rho (", static_cast<double>(base_pow),
+                       ") or the gradients (d_alpha ", r.d_alpha, ", d_rho ", r.d_rho, ") are not finite"));
   return r;
 }
 

@@ -42,6 +42,16 @@ constexpr std::string_view to_string(Pairing p) noexcept {
   return p == Pairing::interleaved ? "interleaved" : "half_split";
 }
 
+namespace detail {
+// Refuses a Pairing that is neither enumerator (an integer cast to it): kernels and permutations
+// would take it for one of the two. `what` prefixes the message ("" for none).
+inline void check_pairing(Pairing p, std::string_view what = "") {
+  if (p != Pairing::interleaved && p != Pairing::half_split)
+    throw error(std::string(what) + (what.empty() ? "" : ": ") + "pairing (" +
+                std::to_string(static_cast<int>(p)) + ") is neither interleaved nor half_split");
+}
+}  // namespace detail
+
 inline Pairing parse_pairing(std::string_view name) {
   if (name == "interleaved") return Pairing::interleaved;
   if (name == "half_split") return Pairing::half_split;

@@ -222,7 +222,9 @@ class XPos {
     const double whole = std::floor(center);
     const auto ci = static_cast<std::int64_t>(whole);
     const U frac = static_cast<U>(center - whole);  // exact: |center| <= 2^62
-    if (ci >= 0 || position <= std::numeric_limits<std::int64_t>::max() + ci)
+    // position - ci in int64 where it fits (either sign of ci: scale() takes any position)
+    if (ci >= 0 ? position >= std::numeric_limits<std::int64_t>::min() + ci
+                : position <= std::numeric_limits<std::int64_t>::max() + ci)
       return static_cast<U>(position - ci) - frac;
     return static_cast<U>(position) - static_cast<U>(center);  // cannot be in range anyway
   }

@@ -50,6 +50,62 @@ TEST(Errors, Spec) {
       {"pairing (7) is neither"});
 }
 
+// Found by an adversarial review of the research entry points (UBSan): what they cannot compute is
+// refused by name instead of overflowing or returning inf / NaN.
+TEST(Errors, AnalysisAndGradientsRefuseWhatTheyCannotCompute) {
+  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+  // theta past kMaxTheta: the exact reduction's domain (1e308 overflowed it: NaN to int64); a
+  // freq_factor of 1e-308 makes one
+  RotarySpec spec(4);
+  spec.freq_factors = {1e-308, 1.0};
+  expect_error([&] { rotary::Rope<float>(spec, 16); }, {"theta[0] (1e+308) exceeds kMaxTheta (64"});
+  expect_error([] { rotary::decay_bound(std::vector<double>{1e308}, 4000000000LL); }, {"exceeds kMaxTheta"});
+  expect_error(
+      [] {
+        rotary::CosSinCache<float>(rotary::Frequencies{{100.0, 1.0}, 1.0}, 0, 4);
+      },
+      {"theta[0] (100)"});
+  EXPECT_NO_THROW(rotary::CosSinCache<float>(rotary::Frequencies{{-64.0, 64.0}, 1.0}, 0, 4));
+  // theta gradients over contiguous positions that leave int64
+  const rotary::RowMatrix<double> y = rotary::RowMatrix<double>::Ones(2, 4);
+  const rotary::RowMatrix<double> dy = rotary::RowMatrix<double>::Ones(2, 4);
+  std::vector<double> g(2);
+  expect_error(
+      [&] { rotary::accumulate_theta_gradient(RotarySpec(4), y, dy, Positions::contiguous(kMax), 1, g); },
+      {"positions start (9223372036854775807) + 2 tokens overflows int64"});
+  rotary::accumulate_theta_gradient(RotarySpec(4), y, dy, Positions::contiguous(kMax - 1), 1, g);  // fits
+  // distance grids over the whole int64 range
+  expect_error([] { rotary::linear_distances(0, kMax, 1); }, {"more than a vector can hold"});
+  expect_error([] { rotary::linear_distances(std::numeric_limits<std::int64_t>::min(), kMax, 1); },
+               {"more than a vector can hold"});
+  EXPECT_EQ(rotary::linear_distances(-kMax, kMax, kMax), (std::vector<std::int64_t>{-kMax, 0, kMax}));
+  EXPECT_EQ(rotary::linear_distances(3, 10, 3), (std::vector<std::int64_t>{3, 6, 9}));
+  // pairs x 2 past int64, and Pairing values that are neither
+  const Eigen::VectorXd q = Eigen::VectorXd::Ones(4);
+  expect_error([&] { rotary::pair_products(q, q, Pairing::half_split, kMax / 2 + 1); },
+               {"pairs need twice as many"});
+  const auto seven = static_cast<Pairing>(7);
+  expect_error([&] { rotary::pair_products(q, q, seven, 2); }, {"pair_products: pairing (7) is neither"});
+  expect_error(
+      [&] {
+        rotary::score_gradient(rotary::Frequencies{{1.0, 0.1}, 1.0}, seven, q, 3, q, 10);
+      },
+      {"score_gradient: pairing (7)"});
+  expect_error([&] { rotary::pairing_row_map(seven, Pairing::half_split, 1, 4, 4); },
+               {"pairing_row_map: from"});
+  expect_error([&] { rotary::pairing_row_map(Pairing::half_split, static_cast<Pairing>(9), 1, 4, 4); },
+               {"pairing_row_map: to: pairing (9)"});
+  // base^-rho beyond a double: refused, not returned as inf / NaN gradients
+  expect_error(
+      [] {
+        rotary::receptive_field_gradient({1.0, 0.1}, 10000.0, rotary::ReceptiveField{0.5, -1e5}, {1, 1});
+      },
+      {"not finite"});
+  // xPos factor at a position whose offset from the centre leaves int64 (was signed overflow)
+  const rotary::XPos<float> xpos(RotarySpec(8));
+  EXPECT_NO_THROW(static_cast<void>(xpos.scale(0, std::numeric_limits<std::int64_t>::min(), 1.0)));
+}
+
 // Dense batch strides are products of the shape: past PTRDIFF_MAX they are refused by name, before
 // they are formed (signed overflow before, and a message quoting the wrapped stride).
 TEST(Errors, DenseBatchStridesBeyondMemory) {
