@@ -190,8 +190,10 @@ struct Case {
     if (deinterleave && pre_norm()) return "deinterleave with a norm before RoPE";
     if (rotates_k && !k_out && !has_k_cache) return "k without k output or K cache";
     if (rotates_k && has_k_cache && kc.head_dim != spec.head_dim) return "K cache head_dim is not the rotator's";
-    // Both norms are checked whether or not their tensor is there (the composition runs only one).
-    if (pre_norm() && (q_norm.null_weight || k_norm.null_weight)) return "norm before RoPE without weight";
+    // The weight of a norm whose tensor is there (an absent q's or k's weight is not read: a q-only
+    // qk_norm_rope may leave k's null); both norms' eps are checked either way (below).
+    if (pre_norm() && ((rotates_q && q_norm.null_weight) || (rotates_k && k_norm.null_weight)))
+      return "norm before RoPE without weight";
     const auto bad = [](float eps) { return !(std::isfinite(eps) && eps > 0.0f); };
     if (pre_norm() && ((!rotates_q && bad(q_norm.eps)) || (!rotates_k && bad(k_norm.eps))))
       return "invalid eps of the norm of an absent q or k";

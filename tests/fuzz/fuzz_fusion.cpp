@@ -55,9 +55,10 @@ Stats stats;
 //  - The fused call validates a superset; the extra refusals are predicted here and must happen
 //    whatever the composition does: deinterleave with an interleaved rotator or with a norm before
 //    RoPE; k given with neither k output nor K cache; a K cache whose head_dim is not the rotator's
-//    (write_kv_cache alone accepts a narrower cache row); a norm before RoPE without weight (rms_norm
-//    alone takes a null weight as weightless), also for an absent q or k, and so is an invalid eps
-//    of the norm of an absent q or k (the composition never runs that norm). Duplicate slots are
+//    (write_kv_cache alone accepts a narrower cache row); a norm before RoPE without weight for a q
+//    or k that is there (rms_norm alone takes a null weight as weightless; an absent one's weight is
+//    not read), and an invalid eps of the norm of an absent q or k (the composition never runs that
+//    norm). Duplicate slots are
 //    refused by both alike.
 //  - If both succeed: on every supported ISA, every byte of every buffer (q outputs, k output, both
 //    caches including the slots left untouched, the int8 scales, the inputs, sentinels around the
