@@ -192,9 +192,7 @@ class TableRope {
     if (head_dim <= 0) throw error(detail::concat("head_dim (", head_dim, ") must be > 0"));
     if (rotary_dim <= 0 || rotary_dim % 2 != 0 || rotary_dim > head_dim)
       throw error(detail::concat("rotary_dim (", rotary_dim, ") must be even, > 0 and <= head_dim (", head_dim, ")"));
-    if (pairing != Pairing::interleaved && pairing != Pairing::half_split)  // an integer cast to Pairing
-      throw error(
-          detail::concat("pairing (", static_cast<int>(pairing), ") is neither interleaved nor half_split"));
+    detail::check_pairing(pairing);
     if (table.half() != rotary_dim / 2)
       throw error(detail::concat("the table holds ", table.half(), " cos/sin values per row; rotary_dim ", rotary_dim,
                                  " needs ", rotary_dim / 2));
