@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <functional>
 #include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -45,7 +46,9 @@ struct Layout {
 
   Layout(std::size_t q_off, std::size_t k_off, std::size_t v_off) {
     const std::size_t region = 1 << 20;  // each buffer in its own MiB: offsets set their page offsets
-    arena.reset(static_cast<char*>(std::aligned_alloc(kPage, 4 * region + 2 * cache_bytes)));
+    const std::size_t bytes = (4 * region + 2 * cache_bytes + kPage - 1) / kPage * kPage;  // whole pages
+    arena.reset(static_cast<char*>(std::aligned_alloc(kPage, bytes)));
+    if (arena == nullptr) throw std::bad_alloc();
     char* p = arena.get();
     q = reinterpret_cast<T*>(p + q_off);
     k = reinterpret_cast<T*>(p + region + k_off);
