@@ -17,7 +17,6 @@
 #include <functional>
 #include <memory>
 #include <new>
-#include <string>
 #include <vector>
 
 namespace {
@@ -105,9 +104,9 @@ void sweep(const char* dtype) {
             rotary::write_kv_cache(l.v, kl, Slots(slots), l.v_cache());
           },
           301));
-      T* const k = l.qkv + kQ * kD;
       if (std::getenv("ROTARY_LAYOUTS_DETAIL") != nullptr)
         std::printf("    %s q %4zu k %4zu: rope_kv_write %.3f\n", dtype, qo, ko, kv_write.back());
+      T* const k = l.qkv + kQ * kD;  // the packed row's k heads, then v's
       split.push_back(ratio(
           [&] {
             rotary::qkv_split_rope(rope, l.qkv, 1, kQ, kKv, pos, Slots(slots), l.k_cache(), l.v_cache());

@@ -86,8 +86,8 @@ FLOOR_LOOP void f16_memory_convert() { convert_rows(widen_f16, narrow_f16_to_mem
 FLOOR_LOOP void f16_memory_half_split() { half_split_rows(widen_f16, narrow_f16_to_memory); }
 FLOOR_LOOP void f16_memory_interleaved() { interleaved_rows(widen_f16, narrow_f16_to_memory); }
 
-// Median over 301 runs of 20 passes over `rows` rows, in TSC cycles per 16 values.
-double cycles_per_16(void (*f)(), int rows = kRows) {
+// Median over 301 runs of 20 passes over the rows, in TSC cycles per 16 values.
+double cycles_per_16(void (*f)()) {
   std::vector<double> t;
   for (int run = 0; run < 301; ++run) {
     const std::uint64_t a = __rdtsc();
@@ -96,7 +96,7 @@ double cycles_per_16(void (*f)(), int rows = kRows) {
       asm volatile("" ::: "memory");  // each pass reads and writes the rows again
     }
     const std::uint64_t b = __rdtsc();
-    t.push_back(static_cast<double>(b - a) / (20.0 * rows * kD / 16));
+    t.push_back(static_cast<double>(b - a) / (20.0 * kRows * kD / 16));
   }
   std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
   return t[t.size() / 2];

@@ -7,9 +7,11 @@
 #   bash benchmarks/floor/run.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+bash cmake/deps.sh bench >/dev/null  # Eigen and the compilers, as benchmarks/run.sh installs them
 out=build/floor
 mkdir -p "$out"
-"${CXX:-g++}" -std=c++17 -O2 -Wall -Wextra -Werror -Wno-uninitialized -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c benchmarks/floor/rotate_floor.cpp -o "$out/rotate_floor"
+"${CXX:-g++}" -std=c++17 -O2 -Wall -Wextra -Werror -Wno-uninitialized \
+  -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c benchmarks/floor/rotate_floor.cpp -o "$out/rotate_floor"
 grep -m1 'model name' /proc/cpuinfo || true
 "$out/rotate_floor"
 "${CXX:-g++}" -std=c++17 -O3 -DNDEBUG -Wall -Wextra -Wpedantic -Werror -Iinclude -isystem /usr/include/eigen3 \
