@@ -1,8 +1,9 @@
 // Same bits under every compiler flag set: this program hashes the bytes rotary produces (cos/sin
 // tables, scaled frequencies, kernel outputs of every ISA, dtype and pairing, cached and cache-free,
-// at small and int64 positions, forward and inverse, partial rotary) and either prints the hashes
-// (the reference, built with the project's normal flags) or compares them with a reference file
-// (`bits_probe --compare FILE`, built with one value-unsafe flag set each; tests/flags/CMakeLists.txt).
+// at small and int64 positions, forward and inverse, partial rotary; the per-head RMSNorm's) and
+// either prints the hashes (the reference, built with the project's normal flags) or compares them
+// with a reference file (`bits_probe --compare FILE`, built with one value-unsafe flag set each;
+// tests/flags/CMakeLists.txt).
 // Inputs come from integer arithmetic only, so the flags cannot change them.
 // Built with ROTARY_BITS_PROBE_WITH_TESTS, it is one source of a flag set's core-test binary (one unity
 // TU: the header-only kernels are compiled once for both): `--compare FILE` runs the probe, anything
@@ -92,6 +93,30 @@ void kernels(const std::string& isa, const char* dtype) {
   }
 }
 
+// Per-head RMSNorm (rms_norm, the kernel the fused prologues share) on the ISA set_max_isa allows:
+// the row lengths with kernels of their own (64, 128, 256) and one without (100), 37 heads a token
+// (a block of 32 rows, a batch of 4 and a row left over), weighted and weightless.
+template <class T>
+void norms(const std::string& isa, const char* dtype) {
+  constexpr std::int64_t kHeads = 37;
+  constexpr std::int64_t kTokens = 2;
+  for (const std::int64_t n : {64, 100, 128, 256}) {
+    const std::vector<T> x = inputs<T>(static_cast<std::size_t>(kTokens * kHeads * n), 11u);
+    const std::vector<T> w = inputs<T>(static_cast<std::size_t>(n), 13u);
+    const rotary::StridedLayout layout{kTokens, kHeads, kHeads * n, n};
+    for (const bool weighted : {false, true}) {
+      std::vector<T> y(x.size());
+      rotary::rms_norm(
+          x.data(), layout, y.data(), layout, n,
+          weighted ? rotary::HeadNorm<T>::rms(w.data(), 1e-6f) : rotary::HeadNorm<T>::weightless(1e-6f));
+      Hash h;
+      h.vec(y);
+      record(isa + "." + dtype + ".rms_norm." + std::to_string(n) + (weighted ? ".weighted" : ".weightless"),
+             h);
+    }
+  }
+}
+
 void frequencies() {
   auto scaled = [](const char* name, rotary::RopeParameters p) {
     rotary::ScalingInput in;
@@ -155,6 +180,10 @@ int run(int argc, char** argv) {
       kernels<double>(name, "f64");
       kernels<rotary::f16>(name, "f16");
       kernels<rotary::bf16>(name, "bf16");
+      norms<float>(name, "f32");
+      norms<double>(name, "f64");
+      norms<rotary::f16>(name, "f16");
+      norms<rotary::bf16>(name, "bf16");
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bits_probe: %s\n", e.what());

@@ -283,7 +283,7 @@ ROTARY_ALWAYS_INLINE C reduce_accumulators(const C* acc) noexcept {
   C s[kNormAccumulators];
   for (int i = 0; i < kNormAccumulators; ++i) s[i] = acc[i];
   for (int w = kNormAccumulators / 2; w >= 1; w /= 2)
-    for (int i = 0; i < w; ++i) s[i] = s[i] + s[i + w];
+    for (int i = 0; i < w; ++i) s[i] = opaque_register(s[i] + s[i + w]);  // in this order under any flags
   return s[0];
 }
 

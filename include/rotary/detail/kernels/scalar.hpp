@@ -87,7 +87,7 @@ void norm_rows(const NormArgs<T>& a) noexcept {
     }
     const C f = norm_factor(reduce_accumulators(acc), a.inv_n, a.eps);
     for (std::int64_t i = 0; i < a.n; ++i) {
-      C v = to_compute(x[i]) * f;
+      C v = opaque_register(to_compute(x[i]) * f);  // two roundings under any flags (simd_norm.hpp)
       if (a.weight != nullptr) v = v * a.weight[i];
       y[i] = from_compute<T>(v);
     }

@@ -10,6 +10,22 @@
 
 // ---- per-head RMSNorm ----------------------------------------------------------------------------
 
+// v, unknown to the optimizer (fp.hpp's opaque_register for a vector, and as free): each rounding
+// of the norm stays where it is written. Without it -Ofast (GCC and Clang) turned (x * factor) *
+// weight into x * (factor * weight), and the kernels' bits changed with the flags.
+template <class V>
+ROTARY_KERNEL_INLINE V opaque_lanes(V v) noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __asm__("" : "+x"(v));
+#elif defined(__aarch64__)
+  __asm__("" : "+w"(v));
+#else
+  volatile V copy = v;
+  v = copy;
+#endif
+  return v;
+}
+
 // Per-head RMSNorm rows with lane ops S, scalar::norm_rows' bits: the accumulators of
 // kNormAccumulators in 16 / L vectors (lane l of vector v is accumulator v * L + l, so each sees the
 // same elements in the same order as the scalar kernel's), reduced in its order (whole vectors, then
@@ -23,7 +39,7 @@ ROTARY_KERNEL_INLINE typename S::C reduce_vectors(typename S::V* acc) noexcept {
   using CS = NormLanes<S>;
   constexpr int kVectors = kNormAccumulators / S::L;
   for (int m = kVectors / 2; m >= 1; m /= 2)
-    for (int v = 0; v < m; ++v) acc[v] = CS::add(acc[v], acc[v + m]);
+    for (int v = 0; v < m; ++v) acc[v] = opaque_lanes(CS::add(acc[v], acc[v + m]));
   return CS::reduce(acc[0]);
 }
 
@@ -36,13 +52,13 @@ ROTARY_KERNEL_INLINE void scale_row(const typename S::T* x, typename S::T* y, co
   using CS = NormLanes<S>;
   const V fv = CS::set1(f);
   for (; j + S::L <= n; j += S::L) {
-    V v = S::mul(S::load(x + j), fv);
+    V v = opaque_lanes(S::mul(S::load(x + j), fv));
     if (w != nullptr) v = S::mul(v, CS::load(w + j));
     S::store(y + j, v);
   }
   if (j < n) leave_kernel();  // the scalar tail's conversions may be out of line (cache_row_impl says why)
   for (; j < n; ++j) {
-    C v = to_compute(x[j]) * f;
+    C v = opaque_register(to_compute(x[j]) * f);
     if (w != nullptr) v = v * w[j];
     y[j] = from_compute<typename S::T>(v);
   }
@@ -100,8 +116,8 @@ ROTARY_KERNEL_INLINE void norm_batch_scale(const NormArgs<typename S::T>& a, std
 #pragma GCC unroll 8
       for (int k = 0; k < K; k += 2) {
         const auto u = S::load_raw(x + std::int64_t{k} * S::L);
-        V ev = S::mul(S::even(u), fv);
-        V od = S::mul(S::odd(u), fv);
+        V ev = opaque_lanes(S::mul(S::even(u), fv));
+        V od = opaque_lanes(S::mul(S::odd(u), fv));
         if constexpr (kWeighted) {
           ev = S::mul(ev, CS::load(w + std::int64_t{k} * S::L));
           od = S::mul(od, CS::load(w + std::int64_t{k + 1} * S::L));
@@ -111,7 +127,7 @@ ROTARY_KERNEL_INLINE void norm_batch_scale(const NormArgs<typename S::T>& a, std
     } else {
 #pragma GCC unroll 16
       for (int k = 0; k < K; ++k) {
-        V v = S::mul(S::load(x + std::int64_t{k} * S::L), fv);
+        V v = opaque_lanes(S::mul(S::load(x + std::int64_t{k} * S::L), fv));
         if constexpr (kWeighted) v = S::mul(v, CS::load(w + std::int64_t{k} * S::L));
         S::store(y + std::int64_t{k} * S::L, v);
       }
