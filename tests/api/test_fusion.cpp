@@ -324,15 +324,16 @@ TEST(CacheRowKernels, Fp8RowsAreTheNearestCodeOfTheScaledValue) {
 
 // Every ISA's norm_rows gives the scalar kernel's bits (row lengths with and without the register
 // form and the scalar tail, unaligned rows, with and without weights, out of place and in place,
-// 1 row (no batch), 4 (one batch), 8 (two: the 16-bit pipeline's lead exactly) and 13 (three
-// batches, pipelined for 16-bit types, and a row left over)), and the scalar kernel is
+// 1 row (no batch), 4 (one batch), 13 (three batches and a row left over), 37 and 70 (the kernels'
+// blocks of up to 32 rows: one or more whole blocks, a part block, rows left over)), and the scalar kernel is
 // within 4 ulp(compute type) of x / sqrt(mean(x^2) + eps) * w computed in long double (relative to the
 // row's largest |x * factor * w|, plus half an ulp of the storage type).
 template <class T>
 void check_norm_kernels(std::mt19937_64& rng) {
   using C = rotary::compute_t<T>;
   for (const std::int64_t n : {1, 2, 7, 16, 17, 33, 64, 80, 100, 128, 130, 200, 256, 300}) {
-    for (const std::int64_t rows : {std::int64_t{1}, std::int64_t{4}, std::int64_t{8}, std::int64_t{13}}) {
+    for (const std::int64_t rows :
+         {std::int64_t{1}, std::int64_t{4}, std::int64_t{13}, std::int64_t{37}, std::int64_t{70}}) {
       SCOPED_TRACE(::testing::Message() << rotary::dtype_name<T>() << " n " << n << " rows " << rows << " "
                                         << rotary_test::seed_note());
       const std::int64_t stride = n + 3;  // rows start unaligned

@@ -64,8 +64,56 @@ ROTARY_KERNEL_INLINE void scale_row(const typename S::T* x, typename S::T* y, co
   }
 }
 
+// The factors of four rows at once: norm_factor's steps (widen to double, * inv_n, + eps, sqrt,
+// 1 / that, round to C) on four lanes, each step IEEE-exact as the scalar one is, so the same bits;
+// every step through opaque_lanes (as strict_* go through opaque): no flag reassociates or
+// contracts them. One vsqrtpd and one vdivpd instead of four sqrtsd and four divsd, whose
+// throughput bounded the factor pass (docs/benchmarks.md, "Measurements behind kernel choices").
+#if defined(__x86_64__) || defined(__i386__)
+template <class C>
+ROTARY_KERNEL_INLINE void norm_factors4(const C* sums, double inv_n, double eps, C* f) noexcept {
+  __m256d d;
+  if constexpr (std::is_same_v<C, float>)
+    d = _mm256_cvtps_pd(_mm_loadu_ps(sums));
+  else
+    d = _mm256_loadu_pd(sums);
+  d = opaque_lanes(_mm256_mul_pd(opaque_lanes(d), _mm256_set1_pd(inv_n)));
+  d = opaque_lanes(_mm256_add_pd(d, _mm256_set1_pd(eps)));
+  d = opaque_lanes(_mm256_sqrt_pd(d));
+  d = opaque_lanes(_mm256_div_pd(_mm256_set1_pd(1.0), d));
+  if constexpr (std::is_same_v<C, float>)
+    _mm_storeu_ps(f, _mm256_cvtpd_ps(d));
+  else
+    _mm256_storeu_pd(f, d);
+}
+#elif defined(__aarch64__)
+template <class C>
+ROTARY_KERNEL_INLINE void norm_factors4(const C* sums, double inv_n, double eps, C* f) noexcept {
+  for (int h = 0; h < 4; h += 2) {
+    float64x2_t d;
+    if constexpr (std::is_same_v<C, float>)
+      d = vcvt_f64_f32(vld1_f32(sums + h));
+    else
+      d = vld1q_f64(sums + h);
+    d = opaque_lanes(vmulq_f64(opaque_lanes(d), vdupq_n_f64(inv_n)));
+    d = opaque_lanes(vaddq_f64(d, vdupq_n_f64(eps)));
+    d = opaque_lanes(vsqrtq_f64(d));
+    d = opaque_lanes(vdivq_f64(vdupq_n_f64(1.0), d));
+    if constexpr (std::is_same_v<C, float>)
+      vst1_f32(f + h, vcvt_f32_f64(d));
+    else
+      vst1q_f64(f + h, d);
+  }
+}
+#else
+template <class C>
+ROTARY_KERNEL_INLINE void norm_factors4(const C* sums, double inv_n, double eps, C* f) noexcept {
+  for (int g = 0; g < 4; ++g) f[g] = norm_factor(sums[g], inv_n, eps);
+}
+#endif
+
 // The factors of B rows of exactly K vectors each (K * L a multiple of 16) from r0 on: B independent
-// chains of fma, reduction, sqrt and division that overlap.
+// chains of fma and reduction that overlap, then the B factors (four at once where B is 4).
 template <class S, int K, int B>
 ROTARY_KERNEL_INLINE void norm_batch_factors(const NormArgs<typename S::T>& a, std::int64_t r0,
                                              typename S::C* f) noexcept {
@@ -73,6 +121,7 @@ ROTARY_KERNEL_INLINE void norm_batch_factors(const NormArgs<typename S::T>& a, s
   using V = typename S::V;
   using CS = NormLanes<S>;
   constexpr int kVectors = kNormAccumulators / S::L;
+  C sums[std::size_t{B}];
 #pragma GCC unroll 4
   for (int g = 0; g < B; ++g) {
     const typename S::T* x = a.in + (r0 + g) * a.in_stride;
@@ -95,7 +144,12 @@ ROTARY_KERNEL_INLINE void norm_batch_factors(const NormArgs<typename S::T>& a, s
         acc[k % kVectors] = S::fmadd(xv, xv, acc[k % kVectors]);
       }
     }
-    f[g] = norm_factor(reduce_vectors<S>(acc), a.inv_n, a.eps);
+    sums[g] = reduce_vectors<S>(acc);
+  }
+  if constexpr (B == 4) {
+    norm_factors4(sums, a.inv_n, a.eps, f);
+  } else {
+    for (int g = 0; g < B; ++g) f[g] = norm_factor(sums[g], a.inv_n, a.eps);
   }
 }
 
@@ -135,14 +189,13 @@ ROTARY_KERNEL_INLINE void norm_batch_scale(const NormArgs<typename S::T>& a, std
   }
 }
 
-// Rows [0, a.rows) of K vectors: four at a time, then one by one. 16-bit rows are software-pipelined:
-// the factors of four rows are computed two batches before those rows are scaled, so their long
-// chains (K / (16 / L) dependent fmas, the reduction, a double sqrt and division) run under the
-// scaling instead of before it (one batch ahead leaves a core with a smaller window waiting still).
-// Keeping a row in registers and scaling it as soon as its factor is known is slower: its multiplies
-// wait for that chain and fill the scheduler. f32 rows keep the plain order: pipelined, they ran
-// faster from L1 but slower from L2 and beyond (docs/benchmarks.md). Rows are in place or apart
-// (NormArgs), so reading later rows before writing these changes nothing.
+// Rows [0, a.rows) of K vectors: in blocks, the factors of all of a block's rows first (four rows'
+// chains of K / (16 / L) dependent fmas, the reduction, a double sqrt and division at a time, every
+// chain independent of the scaling), then the scaling of those rows; the last rows % 4 one by one.
+// Interleaving the two (a batch's factors two batches before its scaling) kept the core waiting on
+// those chains; keeping a row in registers until its factor is known is slower still: its
+// multiplies wait for the chain and fill the scheduler (docs/benchmarks.md). Rows are in place or
+// apart (NormArgs), so reading later rows before writing these changes nothing.
 template <class S, int K, bool kWeighted>
 ROTARY_KERNEL_INLINE void norm_rows_batches(const NormArgs<typename S::T>& a) noexcept {
   using C = typename S::C;
@@ -163,18 +216,19 @@ ROTARY_KERNEL_INLINE void norm_rows_batches(const NormArgs<typename S::T>& a) no
     }
     w = split;
   }
-  // One copy of each phase (code of the plain loop's size): the factors of rows r + kLead on, then
-  // the scaling of rows r on; the first passes only compute factors, the last only scale. kAhead 0
-  // (f32, f64) is the plain order.
-  constexpr int kAhead = std::is_same_v<typename S::T, C> ? 0 : 2;
-  constexpr std::int64_t kLead = std::int64_t{kAhead} * kBatch;  // rows
+  // Blocks of up to kBlockRows rows (16 KiB at most, so the second pass reads them from L1): the
+  // factors of every row of the block, then the scaling of every row.
+  constexpr std::int64_t kRowBytes =
+      std::int64_t{K} * S::L * static_cast<std::int64_t>(sizeof(typename S::T));
+  constexpr std::int64_t kFit = (std::int64_t{16384} / kRowBytes) / kBatch * kBatch;
+  constexpr std::int64_t kBlockRows = kFit < kBatch ? kBatch : (kFit > 32 ? 32 : kFit);
   const std::int64_t whole = a.rows - a.rows % kBatch;
-  C f[std::size_t{kAhead} + 1][kBatch] = {};
-  for (std::int64_t r = -kLead; r < whole; r += kBatch) {
-    if (r + kLead < whole) norm_batch_factors<S, K, kBatch>(a, r + kLead, f[kAhead]);
-    if (r >= 0) norm_batch_scale<S, K, kBatch, kWeighted>(a, r, w, f[0]);
-    for (int i = 0; i < kAhead; ++i)
-      for (int g = 0; g < kBatch; ++g) f[i][g] = f[i + 1][g];
+  C f[std::size_t{kBlockRows}];
+  for (std::int64_t r0 = 0; r0 < whole; r0 += kBlockRows) {
+    const std::int64_t n = whole - r0 < kBlockRows ? whole - r0 : kBlockRows;
+    for (std::int64_t r = 0; r < n; r += kBatch) norm_batch_factors<S, K, kBatch>(a, r0 + r, f + r);
+    for (std::int64_t r = 0; r < n; r += kBatch)
+      norm_batch_scale<S, K, kBatch, kWeighted>(a, r0 + r, w, f + r);
   }
   std::int64_t r = whole;
   for (; r < a.rows; ++r) {
