@@ -8,6 +8,7 @@
 //   apply/<pairing>/f16/table_onnx/tokens:1                   the same on ONNX's f16 cos/sin caches
 //   <op>/<dtype>/<fused|unfused>/tokens:<1|16>                 32 q + 8 kv heads x 128, in place,
 //       op: rope_kv_write, qkv_split_rope (paged caches [blocks, 16, 8, 128]), qk_norm_rope
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -20,19 +21,23 @@
 #include <rotary/fusion.hpp>
 #include <rotary/rotary.hpp>
 
+// main.cpp: n bytes of the arena, 64-byte aligned, never freed
+void* paired_arena_take(std::size_t n);
+
 namespace VARIANT {
 
 using Runner = std::function<void()>;
 constexpr std::int64_t kQ = 32, kKv = 8, kD = 128, kBlock = 16, kFirst = 1024;
 
-// 64-byte aligned values in [-1, 1), the same for both variants
+// Values in [-1, 1) at the same address in both variants (main.cpp's arena, rewound between the two
+// MAKE calls: both register the same cases in the same order), 64-byte aligned. Buffers of their own
+// put the two variants' tensors at different offsets within a page, and on a Zen 4 that alone moved
+// one case's time by 17% with the same headers on both sides (docs/benchmarks.md).
 template <class T>
 struct Buffer {
-  std::vector<T> v;
   T* p = nullptr;
-  explicit Buffer(std::int64_t n) : v(static_cast<std::size_t>(n) + 64) {
-    const auto at = reinterpret_cast<std::uintptr_t>(v.data());
-    p = v.data() + (64 - at % 64) % 64 / sizeof(T);
+  explicit Buffer(std::int64_t n)
+      : p(static_cast<T*>(paired_arena_take(static_cast<std::size_t>(n) * sizeof(T)))) {
     for (std::int64_t i = 0; i < n; ++i) p[i] = T(static_cast<float>(i * 7919 % 2001) / 1000.0f - 1.0f);
   }
 };

@@ -16,6 +16,25 @@
 std::map<std::string, std::function<void()>> make_old();
 std::map<std::string, std::function<void()>> make_new();
 
+// The cases' tensors: one arena, rewound before the second variant makes its cases, so that each
+// case's tensors sit at the same addresses in both (cases.cpp's Buffer).
+namespace {
+constexpr std::size_t kArenaBytes = std::size_t{1} << 28;
+unsigned char* g_arena = nullptr;
+std::size_t g_arena_used = 0;
+}  // namespace
+
+void* paired_arena_take(std::size_t n) {
+  if (g_arena == nullptr) g_arena = static_cast<unsigned char*>(std::aligned_alloc(4096, kArenaBytes));
+  const std::size_t at = (g_arena_used + 63) / 64 * 64;
+  if (g_arena == nullptr || at + n > kArenaBytes) {
+    std::fprintf(stderr, "paired: the arena (%zu bytes) is too small\n", kArenaBytes);
+    std::exit(2);
+  }
+  g_arena_used = at + n;
+  return g_arena + at;
+}
+
 namespace {
 
 double quantile(std::vector<double> v, double q) {
@@ -30,6 +49,7 @@ int main(int argc, char** argv) {
   const int batch = argc > 2 ? std::atoi(argv[2]) : 50;
   const std::string filter = argc > 3 ? argv[3] : "";
   auto old_cases = make_old();
+  g_arena_used = 0;
   auto new_cases = make_new();
   std::vector<std::string> names;
   for (const auto& entry : new_cases)
