@@ -278,6 +278,31 @@ struct HalfSplitPairs {
     S::store2(out + j, y0e, y0o);
     S::store2(out + h + j, y1e, y1o);
   }
+  // N consecutive steps from pair j (line_steps: 2), every load before any store. Step by step, a
+  // step's stores and the next step's loads made bf16 rows of 64-byte aligned in-place tensors ~20%
+  // slower on a Zen 4 (docs/benchmarks.md, "Measurements behind kernel choices").
+  static constexpr bool kLoadsFirst = true;
+  struct HeldCoefs {
+    const Coef* k;
+    ROTARY_KERNEL_INLINE Coef operator()(std::int64_t, int i) const noexcept { return k[i]; }
+  };
+  template <int N, class Coefs>
+  static ROTARY_KERNEL_INLINE void block(const T* in, T* out, std::int64_t h, std::int64_t j,
+                                         const Coefs& coefs) noexcept {
+    V x0e[std::size_t{N}], x0o[std::size_t{N}], x1e[std::size_t{N}], x1o[std::size_t{N}];
+#pragma GCC unroll 16
+    for (int i = 0; i < N; ++i) {
+      S::load2(in + j + std::int64_t{i} * kPairs, x0e[i], x0o[i]);
+      S::load2(in + h + j + std::int64_t{i} * kPairs, x1e[i], x1o[i]);
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < N; ++i) {
+      V y0e, y0o, y1e, y1o;
+      math(coefs(j + std::int64_t{i} * kPairs, i), x0e[i], x0o[i], x1e[i], x1o[i], y0e, y0o, y1e, y1o);
+      S::store2(out + j + std::int64_t{i} * kPairs, y0e, y0o);
+      S::store2(out + h + j + std::int64_t{i} * kPairs, y1e, y1o);
+    }
+  }
 
   struct Tail {
     typename S::PMask pm;  // n stored values per half
@@ -365,14 +390,22 @@ inline bool prefetches(const KernelArgs<T>& a, Ahead kind) noexcept {
   return kPrefetchRows16 > 0 && a.prefetch == kind;
 }
 
-// Steps per 64-byte line for rows written a line at a time (HalfSplit::block): 16-bit storage in the
-// half-split pairing, on an ISA whose kLineOrder16 says so, where a vector of it is narrower than a
-// line; 0 otherwise (step order).
+// Steps per block of rotate_registers: per 64-byte line for rows written a line at a time
+// (HalfSplit::block): 16-bit storage in the half-split pairing, on an ISA whose kLineOrder16 says
+// so, where a vector of it is narrower than a line; 2 for policies that load first (kLoadsFirst:
+// HalfSplitPairs::block); 0 otherwise (step order).
+template <class P, class = void>
+struct LoadsFirst : std::false_type {};
+template <class P>
+struct LoadsFirst<P, std::void_t<decltype(P::kLoadsFirst)>> : std::bool_constant<P::kLoadsFirst> {};
+
 template <class P>
 constexpr int line_steps() noexcept {
   if constexpr (P::kBlocked && kLineOrder16 && sizeof(typename P::T) == 2) {
     constexpr int bytes = P::S::L * 2;
     return bytes < 64 ? 64 / bytes : 0;
+  } else if constexpr (LoadsFirst<P>::value) {
+    return 2;
   } else {
     return 0;
   }
