@@ -278,9 +278,9 @@ struct HalfSplitPairs {
     S::store2(out + j, y0e, y0o);
     S::store2(out + h + j, y1e, y1o);
   }
-  // N consecutive steps from pair j (line_steps: 2), every load before any store. Step by step, a
-  // step's stores and the next step's loads made bf16 rows of 64-byte aligned in-place tensors ~20%
-  // slower on a Zen 4 (docs/benchmarks.md, "Measurements behind kernel choices").
+  // N consecutive steps from pair j (line_steps: 2), every load before any store: step by step, the
+  // next step's loads waited on a step's stores for some alignments of the tensors (docs/benchmarks.md,
+  // "Measurements behind kernel choices"). The coefficients come from rotate_registers' k[].
   static constexpr bool kLoadsFirst = true;
   struct HeldCoefs {
     const Coef* k;

@@ -12,7 +12,9 @@
 
 // v, unknown to the optimizer (fp.hpp's opaque_register for a vector, and as free): each rounding
 // of the norm stays where it is written. Without it -Ofast (GCC and Clang) turned (x * factor) *
-// weight into x * (factor * weight), and the kernels' bits changed with the flags.
+// weight into x * (factor * weight), and the kernels' bits changed with the flags. A copy of its
+// own because it carries the kernel's target: opaque_register has none, and a ymm or zmm operand
+// there breaks the build wherever it is not inlined.
 template <class V>
 ROTARY_KERNEL_INLINE V opaque_lanes(V v) noexcept {
 #if defined(__x86_64__) || defined(__i386__)
