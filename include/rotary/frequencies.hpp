@@ -43,6 +43,12 @@ struct ReceptiveField {
 // larger theta is refused rather than served inexactly: reduce it mod 2 pi.
 inline constexpr double kMaxTheta = 64.0;
 
+// The widest head (and so rotary_dim) a spec may name: 2^24 values. Real heads hold 64 to 576; a
+// larger count is a mistake (a tensor's element count passed as head_dim), and its frequency table
+// alone would need gigabytes or more than any vector can hold: refused as rotary::error up front
+// rather than as std::bad_alloc or std::length_error from an allocation.
+inline constexpr std::int64_t kMaxHeadDim = std::int64_t{1} << 24;
+
 // theta_j for j < rotary_dim/2, and the factor by which cos and sin are scaled (1 unless a scaling
 // rule such as YaRN or longrope says otherwise; logits then scale by its square).
 struct Frequencies {
@@ -95,6 +101,9 @@ struct RotarySpec {
   void validate() const {
     using detail::concat;
     if (head_dim <= 0) throw error(concat("head_dim (", head_dim, ") must be positive"));
+    if (head_dim > kMaxHeadDim)
+      throw error(concat("head_dim (", head_dim, ") exceeds kMaxHeadDim (2^24 = ", kMaxHeadDim,
+                         "): no attention head is that wide (an element count passed as head_dim?)"));
     // rotary_dim 0 stands for head_dim: name the field the caller actually set.
     if (rotary_dim == 0 && head_dim % 2 != 0)
       throw error(concat("head_dim (", head_dim,
@@ -133,8 +142,9 @@ struct RotarySpec {
 // theta_j = base^(-2j/d) = 1 / base^(2j/d), j = 0 .. d/2-1 (HF's inv_freq formula), rounded to double.
 inline Frequencies default_frequencies(std::int64_t rotary_dim, double base) {
   using detail::concat;
-  if (rotary_dim <= 0 || rotary_dim % 2 != 0)
-    throw error(concat("rotary_dim (", rotary_dim, ") must be even and positive"));
+  if (rotary_dim <= 0 || rotary_dim % 2 != 0 || rotary_dim > kMaxHeadDim)
+    throw error(concat("rotary_dim (", rotary_dim, ") must be even, positive and at most kMaxHeadDim (",
+                       kMaxHeadDim, ")"));
   if (!(base > 0.0) || !detail::finite(base))
     throw error(concat("base (", base, ") must be positive and finite"));
   Frequencies f;

@@ -174,11 +174,15 @@ class XPos {
 
   // The largest |position - center| for which every factor, in either role and direction, stays
   // within the finite range of T (see the header comment); checked calls beyond it may throw.
+  // +infinity where zeta_0 rounds to 1 (gamma so large that nothing decays); -1 where the attention
+  // factor alone overflows T, so that no offset fits.
   double max_offset() const noexcept {
     const long double room =
         static_cast<long double>(log2_limit()) - std::fabs(static_cast<long double>(log2_attention_));
-    return static_cast<double>(static_cast<long double>(scale_base_) * room /
-                               -static_cast<long double>(log2_zeta_.front()));
+    if (room < 0) return -1.0;
+    const long double decay = -static_cast<long double>(log2_zeta_.front());  // > 0 unless zeta_0 is 1
+    if (!(decay > 0)) return std::numeric_limits<double>::infinity();
+    return static_cast<double>(static_cast<long double>(scale_base_) * room / decay);
   }
 
   // This xPos as a rotator (apply.hpp) for the query or the key role, with centre `center`: every

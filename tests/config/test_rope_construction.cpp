@@ -193,6 +193,21 @@ TEST(RopeConstruction, SpecFrequenciesAreValidated) {
   EXPECT_EQ(half.cache().cos(0)[0], 0.5f);
 }
 
+// A head wider than kMaxHeadDim (2^24) is refused as rotary::error by everything built from a spec,
+// before an allocation could throw std::bad_alloc (2^40) or std::length_error (2^62) instead.
+TEST(RopeConstruction, AbsurdHeadDimIsRefused) {
+  for (const std::int64_t d : {rotary::kMaxHeadDim + 2, std::int64_t{1} << 40, std::int64_t{1} << 62}) {
+    const RotarySpec spec(d);
+    expect_error([&] { spec.validate(); }, {"exceeds kMaxHeadDim (2^24"});
+    expect_error([&] { (void)rotary::compute_frequencies(spec); }, {"exceeds kMaxHeadDim"});
+    expect_error([&] { Rope<float>(spec, 4); }, {"exceeds kMaxHeadDim"});
+    expect_error([&] { Rope<float>(spec, OnTheFly{}); }, {"exceeds kMaxHeadDim"});
+    expect_error([&] { rotary::XPos<float>{spec}; }, {"exceeds kMaxHeadDim"});
+    expect_error([&] { (void)rotary::default_frequencies(d, 1e4); }, {"at most kMaxHeadDim"});
+  }
+  EXPECT_NO_THROW(RotarySpec(rotary::kMaxHeadDim).validate());
+}
+
 // Everything else built from a spec follows its frequencies too.
 TEST(RopeConstruction, MultiAxisXPosAnalysisFollowTheSpec) {
   const std::int64_t d = 16;
