@@ -772,9 +772,13 @@ void print_compact(const Measurements& measured, const std::vector<std::int64_t>
   std::fprintf(out, "build: %s\n", build_description().c_str());
   if (const rotary::ThreadPool* pool = pool_for(2)) {
     const rotary::HandOffCost& h = pool->hand_off();
-    std::fprintf(out, "threads: the 2-thread pool's hand-off (measured when it started): round trip %.0f ns, copy %.0f B/ns\n"
-                      "  -> a call is split only into parts of >= %lld KiB (2 x round trip x copy speed)\n",
-                 h.round_trip_ns, h.copy_bytes_per_ns, static_cast<long long>(h.min_part_bytes / 1024));
+    std::fprintf(out,
+                 "threads: the 2-thread pool's hand-off (measured when it started): round trip %.0f ns, ",
+                 h.round_trip_ns);
+    std::fprintf(out, "split overhead %.0f ns, copy %.0f B/ns\n", h.split_overhead_ns, h.copy_bytes_per_ns);
+    std::fprintf(
+        out, "  -> a call is split only into parts of >= %lld KiB (3 x the larger of the two x copy speed)\n",
+        static_cast<long long>(h.min_part_bytes / 1024));
   }
   std::fprintf(out, "GB/s = 1e9 B/s of vectors read + written (cos/sin table not counted)\n");
   print_key_table(measured, tokens, out);

@@ -27,10 +27,12 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "config.hpp"
+#include "types.hpp"
 
 #if defined(_OPENMP)
 #include <omp.h>
@@ -46,19 +48,24 @@ using ParallelFor =
     std::function<void(std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& body)>;
 
 // What handing part of a call to another thread costs on this machine, and the least work per part
-// that makes it pay. Measured, not assumed: the round trip is a ping-pong through the pool itself
-// (the caller's range waits until a worker has started the other; a job's time is then the
-// worker's reaction to a published job plus the caller's to its finish), the speed a copy of
-// cache-resident rows (what a part's bytes cost a thread at best: a rotary kernel is no faster).
-// A call of B bytes takes B / speed on one thread and at least round trip + B / (2 x speed) on two:
-// two win from B = 2 x round trip x speed. min_part_bytes asks each part for twice that much
-// (2 x round trip x speed per part, 4x per 2-part call), so that the smallest call that splits runs
-// ~1.3x faster in principle, a margin for noise and for kernels slower than a copy (which only make
-// splitting pay more).
+// that makes it pay. Measured, not assumed, through the pool itself: the round trip is a ping-pong
+// (the caller's range waits until a worker has started the other; a job's time is then the worker's
+// reaction to a published job plus the caller's to its finish); the split overhead is what a job of
+// real work loses by being split: two ranges that each copy a 64 KiB block, timed on the pool, against
+// one of them on the caller alone. That is the round trip plus what the ping does not show (two
+// ranges ending apart, two vCPUs that share one host core and run slower together than one alone).
+// The speed is a copy of cache-resident rows (what a part's bytes cost a thread at best: a rotary
+// kernel is no faster). A call of B bytes takes B / speed on one thread and B / (2 x speed) +
+// overhead on two: two win from B = 2 x overhead x speed. min_part_bytes asks each part for
+// 3 x overhead x speed (6x per 2-part call), so that the smallest call that splits runs ~1.5x faster
+// in principle: a real call's body also walks state the caller has just written, and loses more
+// than the copy job (up to ~2x its overhead, docs/threads.md); kernels slower than a copy (16-bit
+// ones) only make splitting pay more.
 struct HandOffCost {
   double round_trip_ns = 0;       // the measured jobs' lower quartile (a pool) or median (thread starts)
   double copy_bytes_per_ns = 0;   // bytes read + written per ns by one thread copying 64 KiB blocks
-  std::int64_t min_part_bytes = 0;  // max(2 x round_trip_ns x copy_bytes_per_ns, kMinPartFloor)
+  std::int64_t min_part_bytes = 0;  // max(3 x max(round trip, split overhead) x copy speed, kMinPartFloor)
+  double split_overhead_ns = 0;     // a job of two 64 KiB copies on the pool, minus one of them alone
 };
 
 // A part never moves less than this, however cheap the hand-off (below, a call's own fixed costs
@@ -66,7 +73,7 @@ struct HandOffCost {
 inline constexpr std::int64_t kMinPartFloor = std::int64_t{16} * 1024;
 // What a machine that cannot run two threads at once gets: no call is ever split.
 inline constexpr std::int64_t kNeverSplit = std::numeric_limits<std::int64_t>::max() / 4;
-inline constexpr HandOffCost kNoHandOff{0, 0, kNeverSplit};
+inline constexpr HandOffCost kNoHandOff{0, 0, kNeverSplit, 0};
 
 // Splits [0, n) into `parts` nearly equal ranges; range i is [bounds(i), bounds(i + 1)).
 // Unchecked (ROTARY_ASSERT in debug builds): parts >= 1, n >= 0, 0 <= i <= parts.
@@ -109,9 +116,13 @@ inline double quantile_of(std::vector<double> v, double q) {
   return v.empty() ? 0.0 : v[static_cast<std::size_t>(q * static_cast<double>(v.size()))];
 }
 
-inline HandOffCost hand_off_cost(double round_trip_ns, double copy_bytes_per_ns) {
-  HandOffCost c{round_trip_ns, copy_bytes_per_ns, kNeverSplit};
-  const double bytes = 2.0 * round_trip_ns * copy_bytes_per_ns;
+// Each part carries this many hand-offs' worth of copying (HandOffCost).
+inline constexpr double kPartOverheads = 3.0;
+
+inline HandOffCost hand_off_cost(double round_trip_ns, double copy_bytes_per_ns,
+                                 double split_overhead_ns = 0) {
+  HandOffCost c{round_trip_ns, copy_bytes_per_ns, kNeverSplit, split_overhead_ns};
+  const double bytes = kPartOverheads * std::max(round_trip_ns, split_overhead_ns) * copy_bytes_per_ns;
   if (bytes < static_cast<double>(kNeverSplit))
     c.min_part_bytes = std::max(static_cast<std::int64_t>(bytes), kMinPartFloor);
   return c;
@@ -154,9 +165,10 @@ class ThreadPool {
   static constexpr std::chrono::microseconds kSpin{500};
   static constexpr unsigned kMaxThreads = 0xffff;  // ranges are counted in 16 bits
 
-  // threads == 0 is taken as 1 (the caller alone: no threads started); at most kMaxThreads.
+  // threads == 0 is taken as 1 (the caller alone: no threads started). More than kMaxThreads throws
+  // rotary::error before any thread starts (ThreadPool(-1) would otherwise ask for 65534 of them).
   explicit ThreadPool(unsigned threads)
-      : size_(std::min(std::max(threads, 1u), kMaxThreads)), claims_(new std::atomic<std::uint32_t>[size_]) {
+      : size_(checked_size(threads)), claims_(new std::atomic<std::uint32_t>[size_]) {
     for (unsigned i = 0; i < size_; ++i) claims_[i].store(0, std::memory_order_relaxed);
     workers_.reserve(size_ - 1);
     try {
@@ -213,6 +225,13 @@ class ThreadPool {
   ParallelFor parallel_for();
 
  private:
+  static unsigned checked_size(unsigned threads) {
+    if (threads > kMaxThreads)
+      throw error("ThreadPool of " + std::to_string(threads) + " threads: at most " +
+                  std::to_string(kMaxThreads) + " (its ranges are counted in 16 bits)");
+    return std::max(threads, 1u);
+  }
+
   // Runs ranges of job `generation`: first range `own` (the caller's is 0, worker k's is k), then
   // any other range no thread has claimed. Each thread thus takes the same part of the tokens on
   // every call while all are awake (the part's rows stay in its core's cache from call to call,
@@ -272,9 +291,14 @@ class ThreadPool {
   void work(unsigned own) {
     std::uint64_t seen = 0;  // the last generation this worker helped with
     const auto generation = [this] { return job_ticket_.load(std::memory_order_acquire) >> 32; };
+    // A new worker sleeps until the first job instead of spinning: the calibration's copy speed is
+    // measured meanwhile, and a spinning vCPU that shares a host core with the caller's would halve it.
+    bool started = false;
     for (;;) {
       std::uint64_t g = generation();
-      const auto until = std::chrono::steady_clock::now() + kSpin;
+      const auto until =
+          started ? std::chrono::steady_clock::now() + kSpin : std::chrono::steady_clock::now();
+      started = true;
       while (g == seen && !stop_.load(std::memory_order_relaxed)) {
         for (int k = 0; k < 16; ++k) detail::spin_pause();
         g = generation();
@@ -296,6 +320,7 @@ class ThreadPool {
   // of workers that are running (a worker descheduled later loses its range to the caller, so a call
   // split too small costs little). A worker that does not come within 1 ms is not waited for.
   HandOffCost calibrate() {
+    const double copy_speed = detail::measure_copy_bytes_per_ns();  // first: the workers are asleep
     std::atomic<bool> started{false};
     const std::function<void(std::int64_t, std::int64_t)> ping = [&started](std::int64_t begin, std::int64_t) {
       if (begin != 0) {
@@ -314,7 +339,40 @@ class ThreadPool {
       const auto t1 = std::chrono::steady_clock::now();
       if (i >= 32) times.push_back(std::chrono::duration<double, std::nano>(t1 - t0).count());
     }
-    return detail::hand_off_cost(detail::quantile_of(times, 0.25), detail::measure_copy_bytes_per_ns());
+    const double round_trip = detail::quantile_of(times, 0.25);
+    const double overhead = split_overhead();
+    return detail::hand_off_cost(round_trip, copy_speed, overhead);
+  }
+
+  // The split overhead (HandOffCost): jobs of two ranges that each copy their own 64 KiB block, on
+  // the pool, against range 0 alone on the caller; the lower quartile of each over 64 after 32 to
+  // warm (each block then sits in the cache of the thread that owns its range, as a real call's rows
+  // do). split - solo, at least 0.
+  double split_overhead() {
+    constexpr std::size_t kBlock = std::size_t{64} * 1024;
+    std::vector<unsigned char> blocks(4 * kBlock, 1);  // per range: a block and its copy
+    const std::function<void(std::int64_t, std::int64_t)> copy = [&blocks](std::int64_t begin,
+                                                                           std::int64_t end) {
+      for (std::int64_t i = begin; i < end; ++i) {
+        unsigned char* from = blocks.data() + static_cast<std::size_t>(2 * i) * kBlock;
+        std::memcpy(from + kBlock, from, kBlock);
+      }
+    };
+    std::vector<double> solo, split;
+    for (int i = 0; i < 96; ++i) {
+      blocks[static_cast<std::size_t>(i)] = static_cast<unsigned char>(i);
+      const auto t0 = std::chrono::steady_clock::now();
+      copy(0, 1);
+      const auto t1 = std::chrono::steady_clock::now();
+      (*this)(2, copy);
+      const auto t2 = std::chrono::steady_clock::now();
+      if (i < 32) continue;
+      solo.push_back(std::chrono::duration<double, std::nano>(t1 - t0).count());
+      split.push_back(std::chrono::duration<double, std::nano>(t2 - t1).count());
+    }
+    volatile unsigned char sink = blocks[kBlock + 7];  // keeps the copies
+    (void)sink;
+    return std::max(0.0, detail::quantile_of(split, 0.25) - detail::quantile_of(solo, 0.25));
   }
 
   void stop_and_join() noexcept {

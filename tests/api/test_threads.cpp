@@ -576,6 +576,19 @@ TEST(ThreadPool, CoversEveryIndexOnce) {
   expect_covers_once(none, 17);
 }
 
+// A count past kMaxThreads (ThreadPool(-1) among them) is refused before any thread starts, not
+// clamped to 65535 threads.
+TEST(ThreadPool, RefusesMoreThreadsThanItCanCount) {
+  for (const unsigned threads : {rotary::ThreadPool::kMaxThreads + 1, static_cast<unsigned>(-1)}) {
+    try {
+      rotary::ThreadPool pool(threads);
+      ADD_FAILURE() << "ThreadPool(" << threads << ") started " << pool.size() << " threads";
+    } catch (const rotary::error& e) {
+      EXPECT_NE(std::string(e.what()).find("at most 65535"), std::string::npos) << e.what();
+    }
+  }
+}
+
 // n > 1 on a pool of several threads runs ranges on other threads (not only on the caller).
 TEST(ThreadPool, RunsRangesOnItsWorkers) {
   rotary::ThreadPool pool(3);
@@ -867,7 +880,8 @@ TEST(MinimumWork, KeysAndBatchesCount) {
   }
 }
 
-// The measured minimum: each ThreadPool's own ping-pong, the rule 2 x round trip x copy speed per part,
+// The measured minimum: each ThreadPool's own ping-pong and split copy job, the rule 3 x the larger of
+// round trip and split overhead x copy speed per part,
 // and which measurement gates which ParallelFor.
 TEST(MinimumWork, ThreadPoolMeasuresItsHandOff) {
   const rotary::ThreadPool one(1);
@@ -881,10 +895,15 @@ TEST(MinimumWork, ThreadPoolMeasuresItsHandOff) {
   EXPECT_GT(c.round_trip_ns, 0.0);
   EXPECT_LT(c.round_trip_ns, 2e6) << "a ping-pong job waits at most 1 ms for a worker";
   EXPECT_GT(c.copy_bytes_per_ns, 0.0);
-  const double rule = 2.0 * c.round_trip_ns * c.copy_bytes_per_ns;
+  EXPECT_GE(c.split_overhead_ns, 0.0);
+  const double rule =
+      rotary::detail::kPartOverheads * std::max(c.round_trip_ns, c.split_overhead_ns) * c.copy_bytes_per_ns;
   EXPECT_EQ(c.min_part_bytes, std::max(static_cast<std::int64_t>(rule), rotary::kMinPartFloor));
-  std::printf("[ measured ] 2-thread pool: round trip %.0f ns, copy %.1f B/ns -> at least %lld KiB a part\n",
-              c.round_trip_ns, c.copy_bytes_per_ns, static_cast<long long>(c.min_part_bytes / 1024));
+  std::printf(
+      "[ measured ] 2-thread pool: round trip %.0f ns, split overhead %.0f ns, copy %.1f B/ns -> at least "
+      "%lld KiB a part\n",
+      c.round_trip_ns, c.split_overhead_ns, c.copy_bytes_per_ns,
+      static_cast<long long>(c.min_part_bytes / 1024));
   EXPECT_EQ(rotary::min_parallel_bytes(pool.parallel_for()), c.min_part_bytes);
   EXPECT_EQ(rotary::min_parallel_bytes(std::ref(pool)), c.min_part_bytes);
   EXPECT_EQ(rotary::min_parallel_bytes(rotary::thread_parallel_for(2)), rotary::thread_start_cost().min_part_bytes);
