@@ -59,8 +59,8 @@ using ParallelFor =
 // overhead on two: two win from B = 2 x overhead x speed. min_part_bytes asks each part for
 // 3 x overhead x speed (6x per 2-part call), so that the smallest call that splits runs ~1.5x faster
 // in principle: a real call's body also walks state the caller has just written, and loses more
-// than the copy job (up to ~2x its overhead, docs/threads.md); kernels slower than a copy (16-bit
-// ones) only make splitting pay more.
+// than the copy job (docs/threads.md has the measurements); kernels slower than a copy (16-bit ones)
+// only make splitting pay more.
 struct HandOffCost {
   double round_trip_ns = 0;       // the measured jobs' lower quartile (a pool) or median (thread starts)
   double copy_bytes_per_ns = 0;   // bytes read + written per ns by one thread copying 64 KiB blocks
