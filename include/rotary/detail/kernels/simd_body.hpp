@@ -50,6 +50,14 @@
 // its step uses; Tail the masks of a last, partial step of n < kPairs pairs (kMasked lanes only).
 // Every step loads all its inputs before it stores: `in` may be `out`.
 
+// A block's coefficients held in rotate_registers' registers: step i of the block takes k[i]
+// (the HeldCoefs of the policies that have a block()).
+template <class Coef>
+struct RegisterCoefs {
+  const Coef* k;
+  ROTARY_KERNEL_INLINE Coef operator()(std::int64_t, int i) const noexcept { return k[i]; }
+};
+
 // half_split: x0 = row[j..j+L), x1 = row[h+j..h+j+L); a complex multiply, no shuffles.
 template <class Lanes>
 struct HalfSplit {
@@ -86,10 +94,7 @@ struct HalfSplit {
     Sign neg;
     ROTARY_KERNEL_INLINE Coef operator()(std::int64_t j, int) const noexcept { return coef(cs, j, neg); }
   };
-  struct HeldCoefs {
-    const Coef* k;
-    ROTARY_KERNEL_INLINE Coef operator()(std::int64_t, int i) const noexcept { return k[i]; }
-  };
+  using HeldCoefs = RegisterCoefs<Coef>;
   // N consecutive steps from pair j, grouped: the N vectors of the first half, then the N of the
   // second, loaded in that order; the N results of the first half stored, then the N of the second.
   // The 2N data vectors and N results take the registers. The empty asm (a compiler barrier) keeps
@@ -282,10 +287,7 @@ struct HalfSplitPairs {
   // next step's loads waited on a step's stores for some alignments of the tensors (docs/benchmarks.md,
   // "Measurements behind kernel choices"). The coefficients come from rotate_registers' k[].
   static constexpr bool kLoadsFirst = true;
-  struct HeldCoefs {
-    const Coef* k;
-    ROTARY_KERNEL_INLINE Coef operator()(std::int64_t, int i) const noexcept { return k[i]; }
-  };
+  using HeldCoefs = RegisterCoefs<Coef>;
   template <int N, class Coefs>
   static ROTARY_KERNEL_INLINE void block(const T* in, T* out, std::int64_t h, std::int64_t j,
                                          const Coefs& coefs) noexcept {
