@@ -192,6 +192,7 @@ struct KvCacheView {
 
   std::string check() const {
     using detail::concat;
+    if (sound()) return {};
     if (blocks < 1 || block_size < 1 || heads < 1 || head_dim < 1)
       return concat("KV cache sizes (blocks ", blocks, ", block_size ", block_size, ", heads ", heads,
                     ", head_dim ", head_dim, ") must be >= 1");
@@ -227,6 +228,42 @@ struct KvCacheView {
           return concat("fp8 KV cache scales[", h, "] (", scales[h],
                         ") must be finite and > 0, and not subnormal (1 / scale must be finite)");
     return {};
+  }
+
+ private:
+  // Whether check() finds nothing, in straight-line arithmetic without a string (every checked
+  // write tests its caches, valid ones nearly always). fp8's per-head scales (a loop over values)
+  // answer false, and check() runs its tests in order.
+  bool sound() const noexcept {
+    constexpr CacheScales kind = cache_scales_of<E>();
+    if constexpr (kind == CacheScales::per_head) {
+      return false;
+    } else {
+      if (data == nullptr || blocks < 1 || block_size < 1 || heads < 1 || head_dim < 1 || block_stride < 0 ||
+          slot_stride < 0 || head_stride < 0 || (kind == CacheScales::none) != (scales == nullptr))
+        return false;
+      using U = std::uint64_t;
+      U a = 0;
+      U b = 0;
+      U c = 0;
+      U span = 0;
+      U bytes = 0;
+      if (detail::mul_overflows(U(blocks - 1), U(block_stride), a) ||
+          detail::mul_overflows(U(block_size - 1), U(slot_stride), b) ||
+          detail::mul_overflows(U(heads - 1), U(head_stride), c) || detail::add_overflows(b, c, span) ||
+          detail::add_overflows(span, U(head_dim), span) || detail::add_overflows(span, a, bytes) ||
+          detail::mul_overflows(bytes, sizeof(E), bytes) ||
+          bytes > U(std::numeric_limits<std::ptrdiff_t>::max()))
+        return false;
+      // span (b + c + head_dim) is one block's: the blocks follow one another
+      if (!detail::two_axes_nest(block_size, slot_stride, heads, head_stride, head_dim) ||
+          (blocks > 1 && U(block_stride) < span))
+        return false;
+      // int8: rows nest in a span that fits, so blocks x block_size x heads cannot overflow
+      return kind == CacheScales::none ||
+             (blocks * block_size * heads <= std::numeric_limits<std::ptrdiff_t>::max() / 4 &&
+              !detail::overlap(scales_extent(), extent()));
+    }
   }
 };
 
@@ -409,12 +446,11 @@ std::string check_cache_apart(const Name& name, const T* p, const StridedLayout&
 // The whole of a write: rows [tokens, cache.heads] of cache.head_dim, one slot per token.
 // check_slots false: the caller has checked these slots against a cache of the same slots and block
 // size (the result would be the same; at 512 tokens the duplicate check sorts a copy). check_x false:
-// the caller has checked x's view (check_view of l with the cache's head_dim). pairs skip: not the
-// slot values and x against the cache (the caller found every buffer apart).
+// the caller has checked x's view (check_view of l with the cache's head_dim).
 template <class T, class E>
 std::string check_cache_write(const Name& name, const T* x, const StridedLayout& l, const Slots& slots,
                               const char* cache_name, const KvCacheView<E>& c, bool check_slots = true,
-                              bool check_x = true, PairChecks pairs = PairChecks::run) {
+                              bool check_x = true) {
   std::string m = c.check();
   if (!m.empty()) return concat(cache_name, ": ", m);
   if (l.heads != c.heads)
@@ -427,7 +463,6 @@ std::string check_cache_write(const Name& name, const T* x, const StridedLayout&
   if (check_slots) {
     if (std::string s = slots.check(l.tokens, c.slots(), c.block_size); !s.empty()) return s;
   }
-  if (pairs == PairChecks::skip) return {};
   // Each token's slot is read again when its rows are written, after the earlier tokens' rows (and
   // int8 scales): written over the slot values, they would move a later token's slot, unchecked.
   // (A call of no tokens reads no slot; its sequence count may be anything.)

@@ -805,7 +805,6 @@ TEST(CachePairs, ManyBlocksAndSlotsAreDecidedWithoutAWalk) {
 // checks gives (check_prologue_steps with pairs, the positions, check_prologue_reads), and where the
 // extents say apart, the whole sequence finds nothing. Both kinds of call occur often.
 TEST(FusedErrors, SkippedPairChecksWouldAllPass) {
-  using rotary::detail::PairChecks;
   using E = std::int8_t;
   const std::int64_t T_ = 2, H = 2, D = 8, B = 2, S = 2;
   const rotary::Rope<float> rope(rotary::RotarySpec(D, Pairing::half_split), 64);
@@ -857,13 +856,12 @@ TEST(FusedErrors, SkippedPairChecksWouldAllPass) {
     if (coin(2)) c.norm_before_rope(rotary::QkNorm<float>{arena.data() + at(D), arena.data() + at(D), 1e-6f});
     const rotary::detail::TableRows<float> src{&rope.cache(), Positions::contiguous(3)};
     // the whole sequence, as the fused call ran it before the fast path
-    std::string whole = rotary::detail::check_prologue_steps(c, D, D, Pairing::half_split, PairChecks::run);
+    std::string whole = rotary::detail::check_prologue_steps(c, D, D, Pairing::half_split);
     rotary::detail::ReadExtents reads = rotary::detail::reads_of(src, T_);
     reads.back() = rotary::detail::ReadExtent{"the slots", c.slots.values_extent()};
     if (whole.empty()) whole = src.check(T_, true);
     if (whole.empty()) whole = rotary::detail::check_prologue_reads(c, D, reads);
-    const bool skip_passes =
-        rotary::detail::check_prologue_steps(c, D, D, Pairing::half_split, PairChecks::skip).empty();
+    const bool skip_passes = rotary::detail::prologue_steps_sound(c, D, D, Pairing::half_split);
     const bool extents_apart = rotary::detail::prologue_buffers_apart(c, D, reads);
     ASSERT_EQ(rotary::detail::check_fused_call(rope, c, src, true), whole) << "case " << i;
     if (skip_passes && extents_apart) {
@@ -876,6 +874,136 @@ TEST(FusedErrors, SkippedPairChecksWouldAllPass) {
   EXPECT_GT(apart, cases / 20);
   EXPECT_GT(refused, cases / 4);
   EXPECT_GT(cases - refused - apart, cases / 100);  // valid, yet only the whole sequence can say so
+}
+
+// check_fused_call tests each buffer on its own with prologue_steps_sound (arithmetic on the views,
+// no strings) and runs the whole sequence of checks only where that answers false. Over valid calls
+// with one to three fields made wrong (a layout's counts or strides, a null pointer, a cache's sizes,
+// strides, data or scales, the slot values and their count, deinterleaving, a norm's eps or weight),
+// the buffers in arrays of their own: the message is always the whole sequence's, so the predicate
+// never passes a call that any test of one buffer refuses. Both outcomes occur often.
+TEST(FusedErrors, SoundStepsNeverPassWhatTheSequenceRefuses) {
+  const std::int64_t D = 8, B = 2, S = 4;
+  const rotary::Rope<float> rope(rotary::RotarySpec(D, Pairing::half_split), 64);
+  std::vector<std::vector<float>> bufs(7, std::vector<float>(256, 0.5f));
+  std::vector<float> weight(D, 1.0f);
+  std::vector<float> scales(64, 1.0f);
+  std::mt19937_64 rng(rotary_test::seed() + 23);
+  const auto pick = [&](std::int64_t lo, std::int64_t hi) {
+    return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng);
+  };
+  constexpr std::int64_t kBig = std::numeric_limits<std::int64_t>::max();
+  const std::int64_t extremes[] = {kBig,
+                                   kBig / 2,
+                                   kBig / 4 + 1,
+                                   std::int64_t{1} << 40,
+                                   std::int64_t{1} << 62,
+                                   std::numeric_limits<std::int64_t>::min(),
+                                   -kBig / 3};
+  const auto value = [&]() -> std::int64_t {
+    return pick(0, 3) == 0 ? extremes[pick(0, std::size(extremes) - 1)] : pick(-2, 20);
+  };
+  int sound = 0, refused = 0, cases = 0;
+  for (int i = 0; i < 30000; ++i) {
+    // one or two tokens and heads: an axis of one row leaves its stride unused, but not unchecked
+    const std::int64_t T_ = pick(1, 2), H = pick(1, 2), KV = pick(1, 2);
+    Prologue<float, float, float> c;
+    std::int64_t slot_values[16];
+    for (std::int64_t& v : slot_values) v = pick(-1, B * S - 1);
+    slot_values[1] = slot_values[0] >= 0 ? (slot_values[0] + 1) % (B * S) : slot_values[1];
+    const StridedLayout l{T_, H, H * D, D}, kvl{T_, KV, KV * D, D};
+    const bool with_q = pick(0, 5) != 0;
+    const bool with_k = pick(0, 5) != 0;
+    if (with_q) c.rotate_q_in_place(bufs[0].data(), l);
+    if (with_q && pick(0, 2) == 0) {
+      c.q_out = bufs[1].data();
+      c.q_out_layout = l;
+    }
+    if (with_k) {
+      c.k = bufs[2].data();
+      c.k_layout = kvl;
+      if (pick(0, 2) == 0) {
+        c.k_out = bufs[3].data();
+        c.k_out_layout = kvl;
+      }
+      if (c.k_out_layout.heads == 0 || pick(0, 1) == 0)
+        c.k_cache = KvCacheView<float>::paged(bufs[5].data(), B, S, KV, D);
+    }
+    if (pick(0, 3) != 0 || (!with_q && !with_k)) {
+      c.v = bufs[4].data();
+      c.v_layout = kvl;
+      c.v_cache = KvCacheView<float>::paged(bufs[6].data(), B, S, KV, D);
+    }
+    c.slots = Slots::mapping(slot_values, T_);
+    if (pick(0, 3) == 0) c.norm_before_rope(rotary::QkNorm<float>{weight.data(), weight.data(), 1e-6f});
+    const int wrongs = static_cast<int>(pick(1, 3));
+    for (int w = 0; w < wrongs; ++w) {
+      StridedLayout* layouts[] = {&c.q_layout, &c.q_out_layout, &c.k_layout, &c.k_out_layout, &c.v_layout};
+      KvCacheView<float>* caches[] = {&c.k_cache, &c.v_cache};
+      switch (pick(0, 7)) {
+        case 0: {
+          StridedLayout& x = *layouts[pick(0, 4)];
+          std::int64_t* fields[] = {&x.tokens, &x.heads, &x.token_stride, &x.head_stride};
+          *fields[pick(0, 3)] = value();
+          break;
+        }
+        case 1: {
+          const float** inputs[] = {&c.q, &c.k, &c.v};
+          *inputs[pick(0, 2)] = nullptr;
+          break;
+        }
+        case 2:
+          (pick(0, 1) == 0 ? c.q_out : c.k_out) = nullptr;
+          break;
+        case 3:
+        case 4: {
+          KvCacheView<float>& x = *caches[pick(0, 1)];
+          std::int64_t* fields[] = {&x.blocks,       &x.block_size,  &x.heads,      &x.head_dim,
+                                    &x.block_stride, &x.slot_stride, &x.head_stride};
+          const std::int64_t f = pick(0, 7);
+          if (f < 7)
+            *fields[f] = value();
+          else if (pick(0, 1) == 0)
+            x.data = nullptr;
+          else
+            x.scales = scales.data();
+          break;
+        }
+        case 5:
+          if (pick(0, 1) == 0)
+            c.slots = Slots::mapping(pick(0, 3) == 0 ? nullptr : slot_values, pick(0, 3));
+          else
+            slot_values[pick(0, 1)] = pick(0, 1) == 0 ? value() : slot_values[1 - pick(0, 1)];
+          break;
+        case 6:
+          c.deinterleave = true;
+          break;
+        default: {
+          HeadNorm<float>& n = pick(0, 1) == 0 ? c.q_norm : c.k_norm;
+          if (pick(0, 1) == 0)
+            n.eps = pick(0, 1) == 0 ? 0.0f : std::numeric_limits<float>::quiet_NaN();
+          else
+            n.weight = nullptr;
+          break;
+        }
+      }
+    }
+    const rotary::detail::TableRows<float> src{&rope.cache(), Positions::contiguous(3)};
+    const bool rotates = c.q_layout.heads > 0 || c.k_layout.heads > 0;  // as rotary::detail::prologue
+    std::string whole = rotary::detail::check_prologue_steps(c, D, D, Pairing::half_split);
+    rotary::detail::ReadExtents reads =
+        rotates ? rotary::detail::reads_of(src, c.tokens()) : rotary::detail::ReadExtents{};
+    if (c.has_k_cache() || c.has_v_cache())
+      reads.back() = rotary::detail::ReadExtent{"the slots", c.slots.values_extent()};
+    if (whole.empty() && rotates) whole = src.check(c.tokens(), c.q_layout.heads > 0 && c.k_layout.heads > 0);
+    if (whole.empty()) whole = rotary::detail::check_prologue_reads(c, D, reads);
+    ASSERT_EQ(rotary::detail::check_fused_call(rope, c, src, rotates), whole) << "case " << i;
+    sound += rotary::detail::prologue_steps_sound(c, D, D, Pairing::half_split) ? 1 : 0;
+    refused += whole.empty() ? 0 : 1;
+    ++cases;
+  }
+  EXPECT_GT(sound, cases / 10);
+  EXPECT_GT(refused, cases / 2);
 }
 
 // mla_rope cuts its two caches from the caller's checked cache view, [latent | k_pe] column ranges of

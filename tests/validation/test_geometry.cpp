@@ -6,12 +6,16 @@
 // entry points accept), "rows disjoint" is exact.
 #include <gtest/gtest.h>
 
-#include <rotary/config.hpp>  // the private header below needs a public one first
+#include <rotary/config.hpp>  // the private headers below need a public one first
+#include <rotary/detail/driver/checks.hpp>
 #include <rotary/detail/geometry.hpp>
+#include <rotary/kv_cache.hpp>
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -186,3 +190,118 @@ TEST(Geometry, FusedQkvHeadsAreApart) {
 }
 
 }  // namespace
+
+// ---- the straight-line paths of the view checks ------------------------------------------------------
+
+// check_view and KvCacheView::check answer most calls with straight-line arithmetic (view_sound, the
+// cache's own) and run their tests one by one only for a message. Both held against their rules as
+// the tests spell them, written here with the general helpers (span_fits, StridedRows::rows_disjoint):
+// random counts, strides and row lengths around one another, negatives, zeros and values whose
+// products overflow. The answer must be the rule's, and the straight-line one exact where it answers.
+namespace {
+
+std::int64_t edge_value(std::mt19937_64& rng, std::int64_t lo, std::int64_t hi) {
+  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+  const std::int64_t extremes[] = {kMax,
+                                   kMax / 2,
+                                   kMax / 4 + 1,
+                                   kMax / 16,
+                                   std::int64_t{1} << 31,
+                                   std::int64_t{1} << 40,
+                                   std::numeric_limits<std::int64_t>::min(),
+                                   -kMax / 3};
+  if (std::uniform_int_distribution<int>(0, 4)(rng) == 0)
+    return extremes[std::uniform_int_distribution<std::size_t>(0, std::size(extremes) - 1)(rng)];
+  return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng);
+}
+
+}  // namespace
+
+TEST(Geometry, ViewSoundIsCheckViewsRule) {
+  using rotary::detail::span_fits;
+  std::mt19937_64 rng(rotary_test::seed() + 3);
+  const float cell = 0.0f;
+  int valid = 0, answered = 0;
+  for (int i = 0; i < 200000; ++i) {
+    const float* p = std::uniform_int_distribution<int>(0, 15)(rng) == 0 ? nullptr : &cell;
+    const std::int64_t tokens = edge_value(rng, -1, 3), heads = edge_value(rng, -1, 3);
+    const std::ptrdiff_t ts = edge_value(rng, -1, 20), hs = edge_value(rng, -1, 20);
+    const std::int64_t d = edge_value(rng, -1, 8);
+    // check_view's tests, in the order it runs them (each only where the ones before passed)
+    const bool rule =
+        tokens >= 0 && heads >= 0 && ts >= 0 && hs >= 0 && (tokens == 0 || p != nullptr) &&
+        (tokens == 0 || heads == 0 || span_fits({{tokens, ts}, {heads, hs}}, d, sizeof(float))) &&
+        StridedRows(p, d, StridedRows::Axis{"token", tokens, ts}, StridedRows::Axis{"head", heads, hs})
+            .rows_disjoint();
+    const bool sound = rotary::detail::view_sound(p, tokens, heads, ts, hs, d, sizeof(float));
+    ASSERT_EQ(rotary::detail::check_view("x", p, tokens, heads, ts, hs, d).empty(), rule)
+        << "case " << i << ": tokens " << tokens << " heads " << heads << " strides " << ts << ", " << hs
+        << " head_dim " << d << (p == nullptr ? " null" : "");
+    if (sound) {
+      ASSERT_TRUE(rule) << "case " << i;
+    }
+    // exact wherever the view has rows
+    if (rule && tokens >= 1 && heads >= 1 && d >= 1 && p != nullptr) {
+      ASSERT_TRUE(sound) << "case " << i;
+      ++answered;
+    }
+    valid += rule ? 1 : 0;
+  }
+  EXPECT_GT(valid, 20000);
+  EXPECT_GT(answered, 10000);
+  EXPECT_LT(valid, 180000);
+}
+
+template <class E>
+void cache_check_sweep(std::uint64_t seed_offset) {
+  using rotary::detail::span_fits;
+  std::mt19937_64 rng(rotary_test::seed() + seed_offset);
+  std::vector<E> data(1024);  // holds every cache of counts <= 3 and strides <= 120
+  std::vector<float> scales(8);
+  constexpr bool kScales = rotary::cache_scales_of<E>() != rotary::CacheScales::none;
+  int valid = 0;
+  for (int i = 0; i < 200000; ++i) {
+    rotary::KvCacheView<E> c;
+    c.data = std::uniform_int_distribution<int>(0, 15)(rng) == 0 ? nullptr : data.data();
+    c.blocks = edge_value(rng, -1, 3);
+    c.block_size = edge_value(rng, -1, 3);
+    c.heads = edge_value(rng, -1, 3);
+    c.head_dim = edge_value(rng, -1, 6);
+    c.block_stride = edge_value(rng, -1, 120);
+    c.slot_stride = edge_value(rng, -1, 30);
+    c.head_stride = edge_value(rng, -1, 30);
+    if (i % 2 == 0 && c.block_size >= 1 && c.block_size <= 3 && c.heads >= 1 && c.heads <= 3 &&
+        c.head_dim >= 1 && c.head_dim <= 6) {  // near a dense layout: the strides at their edges
+      const auto near = [&] { return std::uniform_int_distribution<std::int64_t>(-1, 2)(rng); };
+      c.head_stride = c.head_dim + near();
+      c.slot_stride = c.heads * c.head_stride + near();
+      c.block_stride = c.block_size * c.slot_stride + near();
+    }
+    const bool with_scales = std::uniform_int_distribution<int>(0, 7)(rng) != 0 ? kScales : !kScales;
+    c.scales = with_scales ? scales.data() : nullptr;
+    bool rule =
+        c.blocks >= 1 && c.block_size >= 1 && c.heads >= 1 && c.head_dim >= 1 && c.data != nullptr &&
+        c.block_stride >= 0 && c.slot_stride >= 0 && c.head_stride >= 0 &&
+        span_fits({{c.blocks, c.block_stride}, {c.block_size, c.slot_stride}, {c.heads, c.head_stride}},
+                  c.head_dim, sizeof(E)) &&
+        StridedRows(c.data, c.head_dim, StridedRows::Axis{"slot", c.block_size, c.slot_stride},
+                    StridedRows::Axis{"head", c.heads, c.head_stride})
+            .rows_disjoint();
+    if (rule && c.blocks > 1)
+      rule =
+          c.block_stride >= (c.block_size - 1) * c.slot_stride + (c.heads - 1) * c.head_stride + c.head_dim;
+    rule = rule && with_scales == kScales;
+    if (rule && kScales)  // (int8: one scale per row; the scales never inside the codes)
+      rule = c.blocks * c.block_size * c.heads <= std::numeric_limits<std::ptrdiff_t>::max() / 4 &&
+             !rotary::detail::overlap(c.scales_extent(), c.extent());
+    ASSERT_EQ(c.check().empty(), rule)
+        << "case " << i << ": blocks " << c.blocks << " x " << c.block_size << " x " << c.heads << " x "
+        << c.head_dim << ", strides " << c.block_stride << ", " << c.slot_stride << ", " << c.head_stride;
+    valid += rule ? 1 : 0;
+  }
+  EXPECT_GT(valid, 4000);  // 6,500-7,000 of the 200,000
+  EXPECT_LT(valid, 190000);
+}
+
+TEST(Geometry, CacheCheckIsItsRuleF32) { cache_check_sweep<float>(5); }
+TEST(Geometry, CacheCheckIsItsRuleInt8) { cache_check_sweep<std::int8_t>(7); }

@@ -54,6 +54,43 @@ inline bool span_fits(std::initializer_list<std::pair<std::int64_t, std::ptrdiff
   return !mul_overflows(span, static_cast<std::uint64_t>(element_size), bytes) && bytes <= kMax;
 }
 
+// Whether rows of head_dim elements on two axes (count >= 1, stride >= 0, their span within
+// PTRDIFF_MAX bytes) are pairwise disjoint: StridedRows::rows_disjoint of a two-axis view, the axes
+// ordered as it orders them, in registers.
+inline bool two_axes_nest(std::int64_t c0, std::ptrdiff_t s0, std::int64_t c1, std::ptrdiff_t s1,
+                          std::int64_t head_dim) noexcept {
+  if (s1 < s0 || (s1 == s0 && c1 < c0)) {
+    std::swap(c0, c1);
+    std::swap(s0, s1);
+  }
+  std::ptrdiff_t reach = head_dim;
+  if (c0 > 1) {
+    if (s0 < reach) return false;
+    reach += s0 * (c0 - 1);
+  }
+  return c1 <= 1 || s1 >= reach;
+}
+
+// Whether a view of tokens x heads rows of head_dim elements passes every test of check_view, in
+// straight-line arithmetic without a string: every checked call tests each of its views, valid
+// ones nearly always. Stricter where that costs nothing (no rows, head_dim < 1: false, and
+// check_view runs its tests in order, for the message or for such a view's "").
+inline bool view_sound(const void* p, std::int64_t tokens, std::int64_t heads, std::ptrdiff_t ts,
+                       std::ptrdiff_t hs, std::int64_t head_dim, std::size_t element) noexcept {
+  if (p == nullptr || tokens < 1 || heads < 1 || head_dim < 1 || ts < 0 || hs < 0) return false;
+  constexpr auto kMax = static_cast<std::uint64_t>(std::numeric_limits<std::ptrdiff_t>::max());
+  std::uint64_t a = 0;
+  std::uint64_t b = 0;
+  std::uint64_t span = 0;
+  std::uint64_t bytes = 0;
+  if (mul_overflows(static_cast<std::uint64_t>(tokens - 1), static_cast<std::uint64_t>(ts), a) ||
+      mul_overflows(static_cast<std::uint64_t>(heads - 1), static_cast<std::uint64_t>(hs), b) ||
+      add_overflows(a, b, span) || add_overflows(span, static_cast<std::uint64_t>(head_dim), span) ||
+      mul_overflows(span, element, bytes) || bytes > kMax)
+    return false;
+  return two_axes_nest(tokens, ts, heads, hs, head_dim);
+}
+
 // ---- where rows share memory: for messages, computed only once a check has failed ----------------
 
 // A view's name in messages ("x", "q", "q input", "k_cache"): up to two literal parts, made into a
@@ -107,6 +144,7 @@ inline std::string rows_overlap_message(const std::string& name, const StridedRo
 template <class T>
 std::string check_view(const Name& name, const T* p, std::int64_t tokens, std::int64_t heads,
                        std::ptrdiff_t ts, std::ptrdiff_t hs, std::int64_t head_dim) {
+  if (view_sound(p, tokens, heads, ts, hs, head_dim, sizeof(T))) return {};
   if (tokens < 0 || heads < 0)
     return concat(name, ": tokens (", tokens, ") and heads (", heads, ") must be >= 0");
   if (ts < 0 || hs < 0)
@@ -194,16 +232,11 @@ inline ViewNames view_names(const char* tensor, bool same, const char* x_name) n
   return {Name(tensor, "input"), Name(tensor, "output"), tensor};
 }
 
-// Whether a check runs the tests of one buffer against another (`run`), or only those of each buffer
-// on its own (`skip`: for a caller that has found every buffer apart from every other by their byte
-// extents, where no test between two can fail).
-enum class PairChecks { run, skip };
-
 // One tensor ("" alone, or "q" / "k" of a fused call): its views are sound, and input and output
 // are the same view or disjoint.
 template <class T>
 std::string check_stream(const char* tensor, const StreamArgs<T>& s, std::int64_t tokens,
-                         std::int64_t head_dim, const char* x_name, PairChecks pairs = PairChecks::run) {
+                         std::int64_t head_dim, const char* x_name) {
   const bool same = in_place(s, tokens, head_dim);
   const ViewNames names = view_names(tensor, same, x_name);
   if (std::string m = check_view(names.in, s.in, tokens, s.heads, s.in_token_stride, s.in_head_stride, head_dim);
@@ -212,7 +245,7 @@ std::string check_stream(const char* tensor, const StreamArgs<T>& s, std::int64_
   if (std::string m = check_view(names.out, s.out, tokens, s.heads, s.out_token_stride, s.out_head_stride, head_dim);
       !m.empty())
     return m;
-  if (pairs == PairChecks::run && in_rows(s, tokens, head_dim).overlaps(out_rows(s, tokens, head_dim)))
+  if (in_rows(s, tokens, head_dim).overlaps(out_rows(s, tokens, head_dim)))
     return concat(
         names.in, " and ", names.out, " partially overlap: ",
         where_views_meet(names.in, in_rows(s, tokens, head_dim), names.out, out_rows(s, tokens, head_dim)),
@@ -301,7 +334,7 @@ std::string qk_clash(const KernelArgs<T>& a) {
 // overlap. Positions are the row source's to check (driver.hpp). x_name: what the caller calls a
 // single tensor rotated in place ("x", "keys").
 template <class T>
-std::string check_call(const KernelArgs<T>& a, const char* x_name = "x", PairChecks pairs = PairChecks::run) {
+std::string check_call(const KernelArgs<T>& a, const char* x_name = "x") {
   if (a.tokens < 0) return concat("tokens (", a.tokens, ") must be >= 0");
   if (a.q.heads < 1) return concat("heads (", a.q.heads, ") must be >= 1");
   if (a.k.heads < 0) return concat("key heads (", a.k.heads, ") must be >= 0");
@@ -309,11 +342,10 @@ std::string check_call(const KernelArgs<T>& a, const char* x_name = "x", PairChe
     return concat("rotary_dim (", a.rotary_dim, ") must be even, positive and <= head_dim (",
                   a.head_dim, ")");
   const bool fused = a.k.heads > 0;
-  if (std::string m = check_stream(fused ? "q" : "", a.q, a.tokens, a.head_dim, x_name, pairs);
-      !m.empty() || !fused)
+  if (std::string m = check_stream(fused ? "q" : "", a.q, a.tokens, a.head_dim, x_name); !m.empty() || !fused)
     return m;
-  if (std::string m = check_stream("k", a.k, a.tokens, a.head_dim, x_name, pairs); !m.empty()) return m;
-  return pairs == PairChecks::run ? qk_clash(a) : std::string();
+  if (std::string m = check_stream("k", a.k, a.tokens, a.head_dim, x_name); !m.empty()) return m;
+  return qk_clash(a);
 }
 
 // The one throw-or-assert idiom: `check` returns "" or what is wrong. Checked calls run it and

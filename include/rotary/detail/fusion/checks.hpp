@@ -205,7 +205,7 @@ std::string check_prologue_shapes(const Prologue<T, E, W>& c, Pairing pairing) {
 // and v apart from what the call writes.
 template <class T, class E, class W>
 std::string check_prologue_views(const Prologue<T, E, W>& c, std::int64_t head_dim, std::int64_t rotary_dim,
-                                 Pairing pairing, PairChecks pairs) {
+                                 Pairing pairing) {
   const std::int64_t tokens = c.tokens();
   const bool q = c.q_layout.heads > 0;
   const bool k = c.k_layout.heads > 0;
@@ -224,12 +224,12 @@ std::string check_prologue_views(const Prologue<T, E, W>& c, std::int64_t head_d
                      : stream(c.k, c.k_layout, const_cast<T*>(c.k), c.k_layout);  // read only
   if (!q) std::swap(a.q, a.k);
   if (q || k) {
-    if (std::string m = check_call(a, q ? "q" : "k", pairs); !m.empty()) return m;
+    if (std::string m = check_call(a, q ? "q" : "k"); !m.empty()) return m;
   }
   if (v) {
     if (std::string m = check_view("v", c.v, tokens, c.v_layout.heads, c.v_layout.token_stride,
                                    c.v_layout.head_stride, c.v_cache.head_dim);
-        !m.empty() || pairs == PairChecks::skip)
+        !m.empty())
       return m;
     // an output written while v is read: apart, or other heads of the same token rows (packed qkv)
     const StridedRows v_rows =
@@ -246,7 +246,7 @@ std::string check_prologue_views(const Prologue<T, E, W>& c, std::int64_t head_d
 
 // The cache writes (slots, views) and every input and output apart from every cache.
 template <class T, class E, class W>
-std::string check_prologue_caches(const Prologue<T, E, W>& c, std::int64_t head_dim, PairChecks pairs) {
+std::string check_prologue_caches(const Prologue<T, E, W>& c, std::int64_t head_dim) {
   const std::int64_t tokens = c.tokens();
   const bool q = c.q_layout.heads > 0;
   const bool k = c.k_layout.heads > 0;
@@ -256,8 +256,7 @@ std::string check_prologue_caches(const Prologue<T, E, W>& c, std::int64_t head_
     if (c.k_cache.head_dim != head_dim)
       return concat("k_cache head_dim (", c.k_cache.head_dim, ") is not the rotator's (", head_dim, ")");
     // (k's view was checked above with head_dim, which is k_cache's)
-    if (std::string m =
-            check_cache_write("k", c.k, c.k_layout, c.slots, "k_cache", c.k_cache, true, false, pairs);
+    if (std::string m = check_cache_write("k", c.k, c.k_layout, c.slots, "k_cache", c.k_cache, true, false);
         !m.empty())
       return m;
   }
@@ -265,11 +264,10 @@ std::string check_prologue_caches(const Prologue<T, E, W>& c, std::int64_t head_
     const bool same_slots = c.has_k_cache() && c.k_cache.slots() == c.v_cache.slots() &&
                             c.k_cache.block_size == c.v_cache.block_size;
     if (std::string m =
-            check_cache_write("v", c.v, c.v_layout, c.slots, "v_cache", c.v_cache, !same_slots, false, pairs);
+            check_cache_write("v", c.v, c.v_layout, c.slots, "v_cache", c.v_cache, !same_slots, false);
         !m.empty())
       return m;
   }
-  if (pairs == PairChecks::skip) return {};
   // Every input and output apart from every cache (k from k_cache and v from v_cache were checked
   // above; q in place once); the two caches apart, or side by side in the same rows (MLA).
   const bool q_in_place =
@@ -332,14 +330,13 @@ std::string check_prologue_weights(const Prologue<T, E, W>& c, std::int64_t head
   return {};
 }
 
-// Every check of a fused call, in order; pairs skip: only those of each buffer on its own.
+// Every check of a fused call, in order.
 template <class T, class E, class W>
 std::string check_prologue_steps(const Prologue<T, E, W>& c, std::int64_t head_dim, std::int64_t rotary_dim,
-                                 Pairing pairing, PairChecks pairs) {
+                                 Pairing pairing) {
   if (std::string m = check_prologue_shapes(c, pairing); !m.empty()) return m;
-  if (std::string m = check_prologue_views(c, head_dim, rotary_dim, pairing, pairs); !m.empty()) return m;
-  if (std::string m = check_prologue_caches(c, head_dim, pairs); !m.empty() || pairs == PairChecks::skip)
-    return m;
+  if (std::string m = check_prologue_views(c, head_dim, rotary_dim, pairing); !m.empty()) return m;
+  if (std::string m = check_prologue_caches(c, head_dim); !m.empty()) return m;
   if (std::string m = check_prologue_weights(c, head_dim); !m.empty()) return m;
   if (c.has_k_cache() && c.has_v_cache()) {
     if (caches_share_rows(c.k_cache, c.v_cache))
@@ -353,12 +350,48 @@ std::string check_prologue_steps(const Prologue<T, E, W>& c, std::int64_t head_d
   return {};
 }
 
+// Whether every test of check_prologue_steps of one buffer on its own passes: the shapes, each view
+// (view_sound: arithmetic, no strings), each cache and the slots. The tests of one buffer against
+// another are prologue_buffers_apart's to spare. False where unsure (a view of no rows), and the
+// caller runs the whole sequence.
+template <class T, class E, class W>
+bool prologue_steps_sound(const Prologue<T, E, W>& c, std::int64_t head_dim, std::int64_t rotary_dim,
+                          Pairing pairing) {
+  if (!check_prologue_shapes(c, pairing).empty()) return false;
+  const std::int64_t tokens = c.tokens();
+  const bool q = c.q_layout.heads > 0;
+  const bool k = c.k_layout.heads > 0;
+  const auto sound = [tokens](const T* p, const StridedLayout& l, std::int64_t d) {
+    return view_sound(p, tokens, l.heads, l.token_stride, l.head_stride, d, sizeof(T));
+  };
+  // check_prologue_views: rotary_dim, q's and k's views in and out (k with no output: read only), v's
+  if ((q || k) && (rotary_dim % 2 != 0 || rotary_dim <= 0 || rotary_dim > head_dim)) return false;
+  if (q && !(sound(c.q, c.q_layout, head_dim) && sound(c.q_out, c.q_out_layout, head_dim))) return false;
+  if (k && !(sound(c.k, c.k_layout, head_dim) &&
+             (c.k_out_layout.heads == 0 || sound(c.k_out, c.k_out_layout, head_dim))))
+    return false;
+  if (c.v_layout.heads > 0 && !sound(c.v, c.v_layout, c.v_cache.head_dim)) return false;
+  // check_prologue_caches: each cache, its heads, the slots (once where both caches have the same)
+  if (c.has_k_cache() &&
+      (c.k_cache.head_dim != head_dim || c.k_layout.heads != c.k_cache.heads || !c.k_cache.check().empty() ||
+       !c.slots.check(c.k_layout.tokens, c.k_cache.slots(), c.k_cache.block_size).empty()))
+    return false;
+  if (c.has_v_cache()) {
+    const bool same_slots = c.has_k_cache() && c.k_cache.slots() == c.v_cache.slots() &&
+                            c.k_cache.block_size == c.v_cache.block_size;
+    if (c.v_layout.heads != c.v_cache.heads || !c.v_cache.check().empty() ||
+        (!same_slots && !c.slots.check(c.v_layout.tokens, c.v_cache.slots(), c.v_cache.block_size).empty()))
+      return false;
+  }
+  return true;
+}
+
 // How a fused call's two caches came to it: as given (any two views), or cut by the call itself from one
 // checked cache view as two column ranges of its rows (MLA's [latent | k_pe]), whose rows cannot meet.
 enum class CachePair { given, columns_of_one };
 
 // Whether no buffer the call writes shares a byte with any other buffer it touches, by byte extents
-// (every buffer valid on its own: check_prologue_steps without pairs passed). Then no check of one
+// (every buffer valid on its own: prologue_steps_sound). Then no check of one
 // buffer against another can fail. A view given as input and output counts once; buffers only read
 // may overlap one another; the two caches count as one written region where their rows are apart
 // (caches_share_rows: MLA's latent and k_pe side by side in one row); reads: the row source's and the

@@ -342,12 +342,10 @@ std::string check_fused_call(const R& r, const Prologue<T, E, W>& c, const Sourc
   const std::int64_t tokens = c.tokens();
   ReadExtents reads = rotates ? reads_of(src, tokens) : ReadExtents{};
   if (c.has_k_cache() || c.has_v_cache()) reads.back() = ReadExtent{"the slots", c.slots.values_extent()};
-  const bool apart =
-      check_prologue_steps(c, r.head_dim(), r.rotary_dim(), r.pairing(), PairChecks::skip).empty() &&
-      prologue_buffers_apart(c, r.head_dim(), reads, caches);
+  const bool apart = prologue_steps_sound(c, r.head_dim(), r.rotary_dim(), r.pairing()) &&
+                     prologue_buffers_apart(c, r.head_dim(), reads, caches);
   if (!apart) {
-    if (std::string m = check_prologue_steps(c, r.head_dim(), r.rotary_dim(), r.pairing(), PairChecks::run);
-        !m.empty())
+    if (std::string m = check_prologue_steps(c, r.head_dim(), r.rotary_dim(), r.pairing()); !m.empty())
       return m;
   }
   if constexpr (!Source::kTable) {
