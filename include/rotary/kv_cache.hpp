@@ -435,7 +435,7 @@ float inverse_head_scale(const KvCacheView<E>& c, std::int64_t h) noexcept {
 template <class T, class E>
 std::string check_cache_apart(const Name& name, const T* p, const StridedLayout& l, std::int64_t head_dim,
                               const char* cache_name, const KvCacheView<E>& c, bool written = false) {
-  const Extent x = token_rows(p, head_dim, l.tokens, l.token_stride, l.heads, l.head_stride).extent();
+  const Extent x = token_rows_extent(p, head_dim, l.tokens, l.token_stride, l.heads, l.head_stride);
   if (overlap(x, c.extent()))
     return concat(name, " and ", cache_name, " share memory (the cache must be its own buffer)");
   if (overlap(x, written ? c.scales_extent() : c.written_scales_extent()))

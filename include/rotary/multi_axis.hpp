@@ -248,28 +248,26 @@ std::string check_axis_positions(const MultiAxisRope<T>& r, const AxisPositions&
   });
 }
 
-// The caller's position arrays a call over `tokens` tokens reads, into out[0, n), n returned: one
-// extent per stream the map uses (streams of one planar or token-major array each cover their part of
-// it; separate arrays stay apart, so memory between them is never claimed), named by stream.
+// The caller's position arrays a call over `tokens` tokens reads, added to out: one extent per stream the map
+// uses (streams of one planar or token-major array each cover their part of it; separate arrays stay apart,
+// so memory between them is never claimed), named by stream.
 static_assert(static_cast<std::size_t>(kMaxAxes) + 2 <= kSourceReads,
               "ReadExtents holds every position stream and a caller's cos and sin tables");
-inline std::size_t axis_positions_reads(const AxisMap& map, const AxisPositions& p, std::int64_t tokens,
-                                        ReadExtents& out) noexcept {
+inline void axis_positions_reads(const AxisMap& map, const AxisPositions& p, std::int64_t tokens,
+                                 ReadExtents& out) noexcept {
   static constexpr std::array<const char*, kMaxAxes> kNames = {
       "positions stream 0", "positions stream 1", "positions stream 2", "positions stream 3",
       "positions stream 4", "positions stream 5", "positions stream 6", "positions stream 7"};
   const std::int64_t n_tokens = std::min(tokens, p.tokens());  // equal once check() passed
-  std::size_t n = 0;
-  if (n_tokens <= 0) return n;
+  if (n_tokens <= 0) return;
   const int streams = std::min(map.streams(), p.streams());
   for (int a = 0; a < streams; ++a) {
     if (!map.uses(a) || p.is_null(a)) continue;
     // the constructors checked that the span fits PTRDIFF_MAX bytes: no wrap-around
     const auto lo = reinterpret_cast<std::uintptr_t>(p.data(a));
     const auto last = static_cast<std::uintptr_t>(n_tokens - 1) * static_cast<std::uintptr_t>(p.token_stride());
-    out[n++] = ReadExtent{kNames[static_cast<std::size_t>(a)], Extent{lo, lo + (last + 1) * p.element_size()}};
+    out.add(kNames[static_cast<std::size_t>(a)], Extent{lo, lo + (last + 1) * p.element_size()});
   }
-  return n;
 }
 
 // The driver's row source of a multi-axis call: each block's rows gathered from the table, or
@@ -286,7 +284,7 @@ struct AxisRows {
     return check_axis_positions(*rope, *positions, tokens);
   }
   ReadExtents reads(std::int64_t tokens) const noexcept {
-    ReadExtents r{};
+    ReadExtents r;
     axis_positions_reads(rope->axis_map(), *positions, tokens, r);
     return r;
   }
@@ -357,14 +355,14 @@ struct TableAxisRows {
   }
   // The position streams and the caller's cos and sin rows (as table_reads does for a TableRope).
   ReadExtents reads(std::int64_t tokens) const noexcept {
-    ReadExtents r{};
-    std::size_t n = axis_positions_reads(rope->axis_map(), *positions, tokens, r);
+    ReadExtents r;
+    axis_positions_reads(rope->axis_map(), *positions, tokens, r);
     const CosSinTableView<E>& tab = rope->table();
     const auto rows = [&tab](const E* p) {
       return tab.rows() > 0 ? StridedRows(p, tab.half(), {{"row", tab.rows(), tab.row_stride()}}).extent() : Extent{};
     };
-    r[n++] = ReadExtent{"the cos table", rows(tab.cos())};
-    r[n] = ReadExtent{"the sin table", rows(tab.sin())};
+    r.add("the cos table", rows(tab.cos()));
+    r.add("the sin table", rows(tab.sin()));
     return r;
   }
   static Scratch scratch() noexcept { return {}; }

@@ -72,7 +72,7 @@ struct PerTokenRows {
   // row_of reads the positions or the deltas block by block while the keys are written.
   ReadExtents reads(std::int64_t tokens) const noexcept {
     ReadExtents r = positions_read(positions, tokens);
-    r[1] = ReadExtent{"deltas", positions_extent(deltas, tokens)};
+    r.add("deltas", positions_extent(deltas, tokens));
     return r;
   }
   static Scratch scratch() noexcept { return {}; }

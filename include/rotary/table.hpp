@@ -237,8 +237,11 @@ ReadExtents table_reads(const CosSinTableView<E>& table, const Positions& positi
     if (table.rows() <= 0) return Extent{};
     return StridedRows(p, table.half(), {{"row", table.rows(), table.row_stride()}}).extent();
   };
-  return {ReadExtent{"positions", positions_extent(positions, tokens)}, ReadExtent{"the cos table", rows(table.cos())},
-          ReadExtent{"the sin table", rows(table.sin())}};
+  ReadExtents r;
+  r.add("positions", positions_extent(positions, tokens));
+  r.add("the cos table", rows(table.cos()));
+  r.add("the sin table", rows(table.sin()));
+  return r;
 }
 
 // A caller's table in the compute type, any layout: the kernels read it in place.

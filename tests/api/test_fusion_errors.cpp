@@ -858,7 +858,7 @@ TEST(FusedErrors, SkippedPairChecksWouldAllPass) {
     // the whole sequence, as the fused call ran it before the fast path
     std::string whole = rotary::detail::check_prologue_steps(c, D, D, Pairing::half_split);
     rotary::detail::ReadExtents reads = rotary::detail::reads_of(src, T_);
-    reads.back() = rotary::detail::ReadExtent{"the slots", c.slots.values_extent()};
+    reads.add("the slots", c.slots.values_extent());
     if (whole.empty()) whole = src.check(T_, true);
     if (whole.empty()) whole = rotary::detail::check_prologue_reads(c, D, reads);
     const bool skip_passes = rotary::detail::prologue_steps_sound(c, D, D, Pairing::half_split);
@@ -993,8 +993,7 @@ TEST(FusedErrors, SoundStepsNeverPassWhatTheSequenceRefuses) {
     std::string whole = rotary::detail::check_prologue_steps(c, D, D, Pairing::half_split);
     rotary::detail::ReadExtents reads =
         rotates ? rotary::detail::reads_of(src, c.tokens()) : rotary::detail::ReadExtents{};
-    if (c.has_k_cache() || c.has_v_cache())
-      reads.back() = rotary::detail::ReadExtent{"the slots", c.slots.values_extent()};
+    if (c.has_k_cache() || c.has_v_cache()) reads.add("the slots", c.slots.values_extent());
     if (whole.empty() && rotates) whole = src.check(c.tokens(), c.q_layout.heads > 0 && c.k_layout.heads > 0);
     if (whole.empty()) whole = rotary::detail::check_prologue_reads(c, D, reads);
     ASSERT_EQ(rotary::detail::check_fused_call(rope, c, src, rotates), whole) << "case " << i;

@@ -204,6 +204,17 @@ StridedRows token_rows(const T* p, std::int64_t head_dim, std::int64_t tokens, s
                      StridedRows::Axis{"head", heads, head_stride});
 }
 
+// token_rows(...).extent() of a view whose span fits (a checked one), without StridedRows' loops:
+// the byte tests every checked call runs on its views.
+template <class T>
+Extent token_rows_extent(const T* p, std::int64_t head_dim, std::int64_t tokens, std::ptrdiff_t token_stride,
+                         std::int64_t heads, std::ptrdiff_t head_stride) noexcept {
+  if (tokens <= 0 || heads <= 0) return {};
+  const auto lo = reinterpret_cast<std::uintptr_t>(p);
+  const std::int64_t span = (tokens - 1) * token_stride + (heads - 1) * head_stride + head_dim;
+  return {lo, lo + static_cast<std::uintptr_t>(span) * sizeof(T)};
+}
+
 // The rows of a view whose rows nest (rows_disjoint passed), in address order: the axes from the
 // largest stride to the smallest, like digits.
 class RowWalk {

@@ -139,9 +139,9 @@ std::string check_batch_positions(const P& p, std::int64_t batch, std::int64_t s
 // offsets are SequencePositions' own copy, and cu_seqlens is read into the lengths before anything
 // is written (an output over it is rotated correctly).
 inline ReadExtents sequence_reads(const SequencePositions& p, std::int64_t total) noexcept {
-  ReadExtents r{};
+  ReadExtents r;
   if (p.kind() == SequencePositions::Kind::per_token)
-    r[0] = ReadExtent{"per-token positions", positions_extent(p.token_array(), total)};
+    r.add("per-token positions", positions_extent(p.token_array(), total));
   return r;
 }
 // Rotators with positions of their own type: the source's reads() covers them (each dispatch's slice).
@@ -156,7 +156,6 @@ template <class T>
 std::string check_batch_reads_apart(const BatchView<T>& q_out, const Name& q_name, const BatchView<T>* k_out,
                                     const Name& k_name, const ReadExtents& reads) {
   for (const ReadExtent& r : reads) {
-    if (r.name == nullptr) continue;
     if (overlap(batch_rows(q_out).extent(), r.x))
       return concat(q_name, " and ", r.name, " share memory (", r.name, " is read while ", q_name, " is written)");
     if (k_out != nullptr && overlap(batch_rows(*k_out).extent(), r.x))

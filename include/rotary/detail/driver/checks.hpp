@@ -163,15 +163,54 @@ std::string check_view(const Name& name, const T* p, std::int64_t tokens, std::i
 
 // What a row source reads from the caller besides the vectors (a positions array, a caller's cos/sin
 // table): no output of the call may overlap it, or a value would be overwritten before it is read.
-// name == nullptr: unused. A source fills at most the first kSourceReads; the fused calls add their
-// slots after them (the last). The most a source names: a multi-axis call over a caller's table reads
-// up to 8 position streams (kMaxAxes, each its own array or not) and the cos and sin tables.
+// A source adds at most kSourceReads; the fused calls add their slots after them. The most a source
+// names: a multi-axis call over a caller's table reads up to 8 position streams (kMaxAxes, each its
+// own array or not) and the cos and sin tables.
 struct ReadExtent {
   const char* name = nullptr;
   Extent x;
 };
 inline constexpr std::size_t kSourceReads = 10;
-using ReadExtents = std::array<ReadExtent, kSourceReads + 2>;
+
+// The list of them, in the order added. Its storage is left uninitialized (only the entries added
+// are ever read): every checked call builds one, and zeroing a dozen entries and testing each cost
+// about as much as the rest of a decode call's overlap tests.
+class ReadExtents {
+  struct Entry {  // (trivially constructible, unlike ReadExtent)
+    const char* name;
+    std::uintptr_t lo;
+    std::uintptr_t hi;
+  };
+
+ public:
+  static constexpr std::size_t kCapacity = kSourceReads + 1;
+  ReadExtents() noexcept {}  // NOLINT(modernize-use-equals-default): = default would zero the entries
+  // (beyond kCapacity nothing is added: the sources' counts are bounded above, static_assert-ed)
+  void add(const char* name, const Extent& x) noexcept {
+    if (n_ < kCapacity) entries_[n_++] = Entry{name, x.lo, x.hi};
+  }
+  std::size_t size() const noexcept { return n_; }
+
+  class Iterator {
+   public:
+    explicit Iterator(const Entry* e) noexcept : e_(e) {}
+    ReadExtent operator*() const noexcept { return {e_->name, Extent{e_->lo, e_->hi}}; }
+    Iterator& operator++() noexcept {
+      ++e_;
+      return *this;
+    }
+    bool operator!=(const Iterator& o) const noexcept { return e_ != o.e_; }
+
+   private:
+    const Entry* e_;
+  };
+  Iterator begin() const noexcept { return Iterator(entries_); }
+  Iterator end() const noexcept { return Iterator(entries_ + n_); }
+
+ private:
+  Entry entries_[kCapacity];  // NOLINT(cppcoreguidelines-pro-type-member-init): read up to n_ only
+  std::size_t n_ = 0;
+};
 
 // The values of tokens [0, tokens) of a positions array; empty for contiguous positions.
 inline Extent positions_extent(const Positions& p, std::int64_t tokens) noexcept {
@@ -180,17 +219,18 @@ inline Extent positions_extent(const Positions& p, std::int64_t tokens) noexcept
   return {lo, lo + static_cast<std::uintptr_t>(tokens) * p.element_size()};
 }
 inline ReadExtents positions_read(const Positions& p, std::int64_t tokens) noexcept {
-  return {ReadExtent{"positions", positions_extent(p, tokens)}};
+  ReadExtents r;
+  r.add("positions", positions_extent(p, tokens));
+  return r;
 }
 
 // "" or which output overlaps which read: q's (or the single stream's, x_name) and k's outputs.
 template <class T>
 std::string check_reads_apart(const KernelArgs<T>& a, const ReadExtents& reads, const char* x_name) {
   const bool fused = a.k.heads > 0;
-  const Extent q_out = out_rows(a.q, a.tokens, a.head_dim).extent();  // (once, not per read)
-  const Extent k_out = fused ? out_rows(a.k, a.tokens, a.head_dim).extent() : Extent{};
+  const Extent q_out = out_extent(a.q, a.tokens, a.head_dim);  // (once, not per read)
+  const Extent k_out = fused ? out_extent(a.k, a.tokens, a.head_dim) : Extent{};
   for (const ReadExtent& r : reads) {
-    if (r.name == nullptr) continue;
     const bool q_meets = overlap(q_out, r.x);
     if (!q_meets && !overlap(k_out, r.x)) continue;
     const char* out = !q_meets ? "k" : fused ? "q" : x_name;
@@ -210,10 +250,23 @@ StridedRows out_rows(const StreamArgs<T>& s, std::int64_t tokens, std::int64_t h
   return token_rows(static_cast<const T*>(s.out), head_dim, tokens, s.out_token_stride, s.heads, s.out_head_stride);
 }
 
-// One view given as input and output: the stream rotates in place.
+// Their byte extents (the views checked).
 template <class T>
-bool in_place(const StreamArgs<T>& s, std::int64_t tokens, std::int64_t head_dim) noexcept {
-  return in_rows(s, tokens, head_dim).same(out_rows(s, tokens, head_dim));
+Extent in_extent(const StreamArgs<T>& s, std::int64_t tokens, std::int64_t head_dim) noexcept {
+  return token_rows_extent(s.in, head_dim, tokens, s.in_token_stride, s.heads, s.in_head_stride);
+}
+template <class T>
+Extent out_extent(const StreamArgs<T>& s, std::int64_t tokens, std::int64_t head_dim) noexcept {
+  return token_rows_extent(static_cast<const T*>(s.out), head_dim, tokens, s.out_token_stride, s.heads,
+                           s.out_head_stride);
+}
+
+// One view given as input and output: the stream rotates in place (in_rows(..).same(out_rows(..)):
+// both have the stream's counts and row length).
+template <class T>
+bool in_place(const StreamArgs<T>& s) noexcept {
+  return static_cast<const void*>(s.in) == static_cast<const void*>(s.out) &&
+         s.in_token_stride == s.out_token_stride && s.in_head_stride == s.out_head_stride;
 }
 
 // The names of a tensor's views in messages, after the caller's arguments: one view rotated in place
@@ -237,7 +290,7 @@ inline ViewNames view_names(const char* tensor, bool same, const char* x_name) n
 template <class T>
 std::string check_stream(const char* tensor, const StreamArgs<T>& s, std::int64_t tokens,
                          std::int64_t head_dim, const char* x_name) {
-  const bool same = in_place(s, tokens, head_dim);
+  const bool same = in_place(s);
   const ViewNames names = view_names(tensor, same, x_name);
   if (std::string m = check_view(names.in, s.in, tokens, s.heads, s.in_token_stride, s.in_head_stride, head_dim);
       !m.empty() || same)
@@ -307,8 +360,8 @@ std::string check_positions(const Positions& p, std::int64_t tokens, const CosSi
 // them). Out of line: the check itself stays small where calls are valid.
 template <class T>
 ROTARY_COLD std::string qk_clash_message(const KernelArgs<T>& a, int x_view, int y_view) {
-  const ViewNames qn = view_names("q", in_place(a.q, a.tokens, a.head_dim), "");
-  const ViewNames kn = view_names("k", in_place(a.k, a.tokens, a.head_dim), "");
+  const ViewNames qn = view_names("q", in_place(a.q), "");
+  const ViewNames kn = view_names("k", in_place(a.k), "");
   const auto rows = [&a](int view) {  // 0: q in, 1: q out, 2: k in, 3: k out
     const StreamArgs<T>& s = view < 2 ? a.q : a.k;
     return view % 2 == 0 ? in_rows(s, a.tokens, a.head_dim) : out_rows(s, a.tokens, a.head_dim);
@@ -322,6 +375,12 @@ ROTARY_COLD std::string qk_clash_message(const KernelArgs<T>& a, int x_view, int
 // a k output with q's input), and where; "" if none.
 template <class T>
 std::string qk_clash(const KernelArgs<T>& a) {
+  // byte extents first: views apart there are apart (q and k in buffers of their own, in place)
+  const Extent q_in = in_extent(a.q, a.tokens, a.head_dim);
+  const Extent q_out = out_extent(a.q, a.tokens, a.head_dim);
+  const Extent k_in = in_extent(a.k, a.tokens, a.head_dim);
+  const Extent k_out = out_extent(a.k, a.tokens, a.head_dim);
+  if (!overlap(q_out, k_in) && !overlap(q_out, k_out) && !overlap(k_out, q_in)) return {};
   const StridedRows views[] = {in_rows(a.q, a.tokens, a.head_dim), out_rows(a.q, a.tokens, a.head_dim),
                                in_rows(a.k, a.tokens, a.head_dim), out_rows(a.k, a.tokens, a.head_dim)};
   constexpr int kPairs[3][2] = {{1, 2}, {1, 3}, {3, 0}};  // q out with k in, q out with k out, k out with q in

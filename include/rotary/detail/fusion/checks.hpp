@@ -10,7 +10,6 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
-#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -152,13 +151,11 @@ std::string check_prologue_reads(const Prologue<T, E, W>& c, std::int64_t head_d
                                                     {"v_cache", c.v_cache.extent()},
                                                     {"k_cache's scales", c.k_cache.written_scales_extent()},
                                                     {"v_cache's scales", c.v_cache.written_scales_extent()}};
-  for (const ReadExtent& r : reads) {
-    if (r.name == nullptr) continue;
+  for (const ReadExtent& r : reads)
     for (const auto& w : written)
       if (overlap(w.second, r.x))
         return concat(w.first, " and ", r.name, " share memory (", r.name, " is read while the call writes ",
                       w.first, ")");
-  }
   return {};
 }
 
@@ -404,7 +401,7 @@ bool prologue_buffers_apart(const Prologue<T, E, W>& c, std::int64_t head_dim, c
   // (plain arrays of ends, left uninitialized: zeroing a dozen Extents cost more than the comparisons)
   // written: q out, k out, two caches, two scales; read: q, k, v, two weights, two scales and the reads
   constexpr int kWritten = 8;
-  constexpr int kRead = 8 + static_cast<int>(std::tuple_size<ReadExtents>::value);
+  constexpr int kRead = 8 + static_cast<int>(ReadExtents::kCapacity);
   std::uintptr_t w_lo[kWritten], w_hi[kWritten], r_lo[kRead], r_hi[kRead];  // NOLINT: filled up to the counts
   int n_written = 0;
   int n_read = 0;
@@ -454,8 +451,7 @@ bool prologue_buffers_apart(const Prologue<T, E, W>& c, std::int64_t head_dim, c
   constexpr bool kScalesWritten = cache_scales_of<E>() == CacheScales::per_row;
   add(c.k_cache.scales_extent(), kScalesWritten);
   add(c.v_cache.scales_extent(), kScalesWritten);
-  for (const ReadExtent& r : reads)
-    if (r.name != nullptr) add(r.x, false);
+  for (const ReadExtent& r : reads) add(r.x, false);
   for (const HeadNorm<W>* norm : {&c.q_norm, &c.k_norm})
     if (norm->enabled && norm->weight != nullptr) {
       const auto lo = reinterpret_cast<std::uintptr_t>(norm->weight);

@@ -341,7 +341,7 @@ std::string check_fused_call(const R& r, const Prologue<T, E, W>& c, const Sourc
                              CachePair caches = CachePair::given) {
   const std::int64_t tokens = c.tokens();
   ReadExtents reads = rotates ? reads_of(src, tokens) : ReadExtents{};
-  if (c.has_k_cache() || c.has_v_cache()) reads.back() = ReadExtent{"the slots", c.slots.values_extent()};
+  if (c.has_k_cache() || c.has_v_cache()) reads.add("the slots", c.slots.values_extent());
   const bool apart = prologue_steps_sound(c, r.head_dim(), r.rotary_dim(), r.pairing()) &&
                      prologue_buffers_apart(c, r.head_dim(), reads, caches);
   if (!apart) {
