@@ -801,9 +801,9 @@ TEST(CachePairs, ManyBlocksAndSlotsAreDecidedWithoutAWalk) {
 // check_fused_call skips the checks of one buffer against another when the byte extents show every
 // buffer apart (prologue_buffers_apart). Over random placements of q, q's output, k, v, two int8
 // caches with their scales, the slot values and the norm weights in one arena (so that they often
-// overlap, partly, in place, or side by side): its message is always the one the whole sequence of
-// checks gives (check_prologue_steps with pairs, the positions, check_prologue_reads), and where the
-// extents say apart, the whole sequence finds nothing. Both kinds of call occur often.
+// overlap, partly, in place, or side by side), and packed qkv rows: its message is always the one the
+// whole sequence of checks gives (check_prologue_steps, the positions, check_prologue_reads), and
+// where the extents say apart, the whole sequence finds nothing. Both kinds of call occur often.
 TEST(FusedErrors, SkippedPairChecksWouldAllPass) {
   using E = std::int8_t;
   const std::int64_t T_ = 2, H = 2, D = 8, B = 2, S = 2;
@@ -833,6 +833,19 @@ TEST(FusedErrors, SkippedPairChecksWouldAllPass) {
     }
     c.v = arena.data() + at(T_ * H * D);
     c.v_layout = l;
+    if (coin(8)) {  // one packed qkv projection (q rotated in place): q's rows meet k's and v's extents
+      const StridedLayout packed{T_, H, 3 * H * D, D};
+      float* row = arena.data() + at(3 * T_ * H * D);
+      c.q = row;
+      c.q_out = row;
+      c.q_layout = c.q_out_layout = packed;
+      c.k = row + H * D;
+      c.k_layout = packed;
+      c.k_out = nullptr;
+      c.k_out_layout = {};
+      c.v = row + 2 * H * D;
+      c.v_layout = packed;
+    }
     // caches of codes: apart, or side by side in one buffer (k and v heads alternating per slot);
     // scales in the arena (written: they may meet anything)
     const bool side_by_side = coin(4);

@@ -426,17 +426,29 @@ bool prologue_buffers_apart(const Prologue<T, E, W>& c, std::int64_t head_dim, c
     return a == b && la.tokens == lb.tokens && la.heads == lb.heads && la.token_stride == lb.token_stride &&
            la.head_stride == lb.head_stride;
   };
+  Extent q_read_only;  // q's input where the call only reads it
   if (c.q_layout.heads > 0) {
     const bool in_place = same(c.q, c.q_layout, c.q_out, c.q_out_layout);
-    add(rows(c.q, head_dim, c.q_layout), in_place);
-    if (!in_place) add(rows(c.q_out, head_dim, c.q_out_layout), true);
+    const Extent q = rows(c.q, head_dim, c.q_layout);
+    add(q, in_place);
+    if (!in_place) {
+      add(rows(c.q_out, head_dim, c.q_out_layout), true);
+      q_read_only = q;
+    }
   }
   if (c.k_layout.heads > 0) {
-    const bool k_out = c.k_out_layout.heads > 0;
-    // (k without an output is checked as if rotated in place, as check_prologue_views does)
-    const bool in_place = !k_out || same(c.k, c.k_layout, c.k_out, c.k_out_layout);
-    add(rows(c.k, head_dim, c.k_layout), in_place);
-    if (k_out && !in_place) add(rows(c.k_out, head_dim, c.k_out_layout), true);
+    const Extent k = rows(c.k, head_dim, c.k_layout);
+    if (c.k_out_layout.heads == 0) {
+      // k only read (rotated into the cache alone: MLA's k_pe beside its latent in one row), but
+      // checked as a stream rotated in place (check_prologue_views), whose output q's input may
+      // not meet, even where the call only reads both
+      add(k, false);
+      if (overlap(k, q_read_only)) return false;
+    } else {
+      const bool in_place = same(c.k, c.k_layout, c.k_out, c.k_out_layout);
+      add(k, in_place);
+      if (!in_place) add(rows(c.k_out, head_dim, c.k_out_layout), true);
+    }
   }
   if (c.v_layout.heads > 0) add(rows(c.v, c.v_cache.head_dim, c.v_layout), false);
   const Extent k_cache = c.k_cache.extent();
