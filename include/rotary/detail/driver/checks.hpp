@@ -298,7 +298,7 @@ std::string check_stream(const char* tensor, const StreamArgs<T>& s, std::int64_
   if (std::string m = check_view(names.out, s.out, tokens, s.heads, s.out_token_stride, s.out_head_stride, head_dim);
       !m.empty())
     return m;
-  if (in_rows(s, tokens, head_dim).overlaps(out_rows(s, tokens, head_dim)))
+  if (overlap(in_extent(s, tokens, head_dim), out_extent(s, tokens, head_dim)))
     return concat(
         names.in, " and ", names.out, " partially overlap: ",
         where_views_meet(names.in, in_rows(s, tokens, head_dim), names.out, out_rows(s, tokens, head_dim)),
