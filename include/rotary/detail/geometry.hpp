@@ -204,6 +204,23 @@ StridedRows token_rows(const T* p, std::int64_t head_dim, std::int64_t tokens, s
                      StridedRows::Axis{"head", heads, head_stride});
 }
 
+// StridedRows::rows_disjoint of a two-axis view (counts >= 1, strides >= 0, the span within
+// PTRDIFF_MAX bytes), the axes ordered as it orders them, in registers: for the checks every call
+// runs on its views (view_sound, KvCacheView::check), held against rows_disjoint by tests.
+inline bool two_axes_nest(std::int64_t c0, std::ptrdiff_t s0, std::int64_t c1, std::ptrdiff_t s1,
+                          std::int64_t head_dim) noexcept {
+  if (s1 < s0 || (s1 == s0 && c1 < c0)) {
+    std::swap(c0, c1);
+    std::swap(s0, s1);
+  }
+  std::ptrdiff_t reach = head_dim;
+  if (c0 > 1) {
+    if (s0 < reach) return false;
+    reach += s0 * (c0 - 1);
+  }
+  return c1 <= 1 || s1 >= reach;
+}
+
 // token_rows(...).extent() of a view whose span fits (a checked one), without StridedRows' loops:
 // the byte tests every checked call runs on its views.
 template <class T>

@@ -54,23 +54,6 @@ inline bool span_fits(std::initializer_list<std::pair<std::int64_t, std::ptrdiff
   return !mul_overflows(span, static_cast<std::uint64_t>(element_size), bytes) && bytes <= kMax;
 }
 
-// Whether rows of head_dim elements on two axes (count >= 1, stride >= 0, their span within
-// PTRDIFF_MAX bytes) are pairwise disjoint: StridedRows::rows_disjoint of a two-axis view, the axes
-// ordered as it orders them, in registers.
-inline bool two_axes_nest(std::int64_t c0, std::ptrdiff_t s0, std::int64_t c1, std::ptrdiff_t s1,
-                          std::int64_t head_dim) noexcept {
-  if (s1 < s0 || (s1 == s0 && c1 < c0)) {
-    std::swap(c0, c1);
-    std::swap(s0, s1);
-  }
-  std::ptrdiff_t reach = head_dim;
-  if (c0 > 1) {
-    if (s0 < reach) return false;
-    reach += s0 * (c0 - 1);
-  }
-  return c1 <= 1 || s1 >= reach;
-}
-
 // Whether a view of tokens x heads rows of head_dim elements passes every test of check_view, in
 // straight-line arithmetic without a string: every checked call tests each of its views, valid
 // ones nearly always. Stricter where that costs nothing (no rows, head_dim < 1: false, and
