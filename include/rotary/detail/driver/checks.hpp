@@ -167,6 +167,7 @@ class ReadExtents {
 
  public:
   static constexpr std::size_t kCapacity = kSourceReads + 1;
+  // cppcheck-suppress uninitMemberVar  ; entries_ is read up to n_ only
   ReadExtents() noexcept {}  // NOLINT(modernize-use-equals-default): = default would zero the entries
   // (beyond kCapacity nothing is added: the sources' counts are bounded above, static_assert-ed)
   void add(const char* name, const Extent& x) noexcept {
