@@ -109,8 +109,7 @@ void qkv_split_rope(const R& rope, detail::identity_t<T>* qkv, std::int64_t toke
   std::uint64_t row_u = 0;
   if (detail::mul_overflows(2, static_cast<std::uint64_t>(kv_heads), heads_u) ||
       detail::add_overflows(heads_u, static_cast<std::uint64_t>(q_heads), heads_u) ||
-      detail::mul_overflows(heads_u, static_cast<std::uint64_t>(d), row_u) ||
-      row_u > static_cast<std::uint64_t>(std::numeric_limits<std::ptrdiff_t>::max()))
+      !detail::product_fits(row_u, heads_u, static_cast<std::uint64_t>(d)))
     throw error(concat("qkv_split_rope: (q_heads (", q_heads, ") + 2 x kv_heads (", kv_heads,
                        ")) x head_dim (", d, ") overflows ptrdiff_t: no buffer is that large"));
   if (kv_heads > 0 && v_cache.head_dim != d)
@@ -159,9 +158,8 @@ void mla_rope(const R& rope, detail::identity_t<T>* q, const MlaQuery& shape, co
                                ") and nope_dim (", shape.nope_dim, ") must be >= 0"));
   std::uint64_t dense_u = 0;
   if (shape.nope_dim > std::numeric_limits<std::ptrdiff_t>::max() - rope_dim ||
-      detail::mul_overflows(static_cast<std::uint64_t>(shape.heads),
-                            static_cast<std::uint64_t>(shape.nope_dim + rope_dim), dense_u) ||
-      dense_u > static_cast<std::uint64_t>(std::numeric_limits<std::ptrdiff_t>::max()))
+      !detail::product_fits(dense_u, static_cast<std::uint64_t>(shape.heads),
+                            static_cast<std::uint64_t>(shape.nope_dim + rope_dim)))
     throw error(detail::concat("MLA query: heads (", shape.heads, ") x (nope_dim (", shape.nope_dim,
                                ") + rope_dim (", rope_dim,
                                ")) overflows ptrdiff_t: no buffer is that large"));

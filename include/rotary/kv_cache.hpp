@@ -149,9 +149,8 @@ struct KvCacheView {
                                      std::int64_t head_dim) {
     if (block_size < 1 || heads < 1 || head_dim < 1) return 0;
     std::uint64_t n = 0;
-    if (detail::mul_overflows(static_cast<std::uint64_t>(block_size), static_cast<std::uint64_t>(heads), n) ||
-        detail::mul_overflows(n, static_cast<std::uint64_t>(head_dim), n) ||
-        n > static_cast<std::uint64_t>(std::numeric_limits<std::ptrdiff_t>::max()))
+    if (!detail::product_fits(n, static_cast<std::uint64_t>(block_size), static_cast<std::uint64_t>(heads),
+                              static_cast<std::uint64_t>(head_dim)))
       throw error(detail::concat(layout, " cache: block_size (", block_size, ") x heads (", heads,
                                  ") x head_dim (", head_dim,
                                  ") overflows ptrdiff_t (the block stride): no buffer is that large"));
@@ -252,8 +251,7 @@ struct KvCacheView {
           detail::mul_overflows(U(block_size - 1), U(slot_stride), b) ||
           detail::mul_overflows(U(heads - 1), U(head_stride), c) || detail::add_overflows(b, c, span) ||
           detail::add_overflows(span, U(head_dim), span) || detail::add_overflows(span, a, bytes) ||
-          detail::mul_overflows(bytes, sizeof(E), bytes) ||
-          bytes > U(std::numeric_limits<std::ptrdiff_t>::max()))
+          !detail::product_fits(bytes, bytes, sizeof(E)))
         return false;
       // span (b + c + head_dim) is one block's: the blocks follow one another
       if (!detail::two_axes_nest(block_size, slot_stride, heads, head_stride, head_dim) ||

@@ -58,9 +58,8 @@ inline BatchStrides dense_strides(Layout layout, const BatchShape& s) {
   const std::int64_t outer = layout == Layout::sbhd ? s.batch : layout == Layout::bhsd ? s.heads : s.seq;
   const std::int64_t middle = layout == Layout::bhsd ? s.seq : s.heads;
   std::uint64_t n = 0;
-  if (detail::mul_overflows(static_cast<std::uint64_t>(outer), static_cast<std::uint64_t>(middle), n) ||
-      detail::mul_overflows(n, static_cast<std::uint64_t>(s.head_dim), n) ||
-      n > static_cast<std::uint64_t>(std::numeric_limits<std::ptrdiff_t>::max()))
+  if (!detail::product_fits(n, static_cast<std::uint64_t>(outer), static_cast<std::uint64_t>(middle),
+                            static_cast<std::uint64_t>(s.head_dim)))
     throw error("a dense " + std::string(to_string(layout)) + " tensor of batch " + std::to_string(s.batch) +
                 ", seq " + std::to_string(s.seq) + ", heads " + std::to_string(s.heads) + ", head_dim " +
                 std::to_string(s.head_dim) + " has a stride past PTRDIFF_MAX: no buffer is that large");

@@ -82,8 +82,7 @@ void rotary_embedding(const std::int64_t* positions, std::int64_t num_tokens, T*
   const auto row = [head_size](const char* name, std::int64_t heads) -> std::int64_t {
     std::uint64_t n = 0;
     if (heads < 0 || head_size < 0) return 0;
-    if (detail::mul_overflows(static_cast<std::uint64_t>(heads), static_cast<std::uint64_t>(head_size), n) ||
-        n > static_cast<std::uint64_t>(std::numeric_limits<std::ptrdiff_t>::max()))
+    if (!detail::product_fits(n, static_cast<std::uint64_t>(heads), static_cast<std::uint64_t>(head_size)))
       throw error(detail::concat("vllm::rotary_embedding: ", name, " (", heads, ") x head_size (", head_size,
                                  ") overflows ptrdiff_t: no buffer is that large"));
     return static_cast<std::int64_t>(n);

@@ -6,7 +6,9 @@
 
 #include "guard.hpp"
 
+#include <cstddef>
 #include <cstdint>
+#include <limits>
 
 namespace rotary::detail {
 
@@ -22,6 +24,14 @@ inline bool mul_overflows(std::uint64_t a, std::uint64_t b, std::uint64_t& out) 
 inline bool add_overflows(std::uint64_t a, std::uint64_t b, std::uint64_t& out) noexcept {
   out = a + b;
   return out < a;
+}
+
+inline constexpr auto kPtrdiffMax = static_cast<std::uint64_t>(std::numeric_limits<std::ptrdiff_t>::max());
+
+// a * b * c into out, true where it fits PTRDIFF_MAX (no wrap on the way): a dense stride or row
+// length from a caller's sizes (each >= 0), refused before it becomes a pointer's offset.
+inline bool product_fits(std::uint64_t& out, std::uint64_t a, std::uint64_t b, std::uint64_t c = 1) noexcept {
+  return !mul_overflows(a, b, out) && !mul_overflows(out, c, out) && out <= kPtrdiffMax;
 }
 
 }  // namespace rotary::detail

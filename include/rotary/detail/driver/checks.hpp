@@ -35,13 +35,10 @@ inline bool valid_or_report(const std::string& message) noexcept {
 
 // Whether a non-empty view (axes of count >= 1 and stride >= 0, rows of head_dim elements) spans at
 // most PTRDIFF_MAX bytes, computed without overflow. No buffer is larger, and past it the extent
-// arithmetic here and the kernels' row addresses would overflow.
-
-inline bool span_fits(std::initializer_list<std::pair<std::int64_t, std::ptrdiff_t>> axes, std::int64_t head_dim,
-                      std::size_t element_size) noexcept {
-  // (checked arithmetic: every checked call runs this several times, and a division costs more than
-  // the rest of a small view's checks)
-  constexpr auto kMax = static_cast<std::uint64_t>(std::numeric_limits<std::ptrdiff_t>::max());
+// arithmetic here and the kernels' row addresses would overflow. (The general form, for messages
+// and three-axis views; view_sound is the two-axis one every call runs.)
+inline bool span_fits(std::initializer_list<std::pair<std::int64_t, std::ptrdiff_t>> axes,
+                      std::int64_t head_dim, std::size_t element_size) noexcept {
   auto span = static_cast<std::uint64_t>(head_dim);
   for (const auto& [count, stride] : axes) {
     if (count <= 1 || stride == 0) continue;
@@ -50,8 +47,7 @@ inline bool span_fits(std::initializer_list<std::pair<std::int64_t, std::ptrdiff
         add_overflows(span, step, span))
       return false;
   }
-  std::uint64_t bytes = 0;
-  return !mul_overflows(span, static_cast<std::uint64_t>(element_size), bytes) && bytes <= kMax;
+  return product_fits(span, span, element_size);
 }
 
 // Whether a view of tokens x heads rows of head_dim elements passes every test of check_view, in
@@ -61,15 +57,13 @@ inline bool span_fits(std::initializer_list<std::pair<std::int64_t, std::ptrdiff
 inline bool view_sound(const void* p, std::int64_t tokens, std::int64_t heads, std::ptrdiff_t ts,
                        std::ptrdiff_t hs, std::int64_t head_dim, std::size_t element) noexcept {
   if (p == nullptr || tokens < 1 || heads < 1 || head_dim < 1 || ts < 0 || hs < 0) return false;
-  constexpr auto kMax = static_cast<std::uint64_t>(std::numeric_limits<std::ptrdiff_t>::max());
   std::uint64_t a = 0;
   std::uint64_t b = 0;
   std::uint64_t span = 0;
-  std::uint64_t bytes = 0;
   if (mul_overflows(static_cast<std::uint64_t>(tokens - 1), static_cast<std::uint64_t>(ts), a) ||
       mul_overflows(static_cast<std::uint64_t>(heads - 1), static_cast<std::uint64_t>(hs), b) ||
       add_overflows(a, b, span) || add_overflows(span, static_cast<std::uint64_t>(head_dim), span) ||
-      mul_overflows(span, element, bytes) || bytes > kMax)
+      !product_fits(span, span, element))
     return false;
   return two_axes_nest(tokens, ts, heads, hs, head_dim);
 }
