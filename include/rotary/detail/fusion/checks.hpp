@@ -258,7 +258,8 @@ std::string check_prologue_caches(const Prologue<T, E, W>& c, std::int64_t head_
       return m;
   }
   if (c.has_v_cache()) {  // the slots once where both caches have the same slots and blocks; v's view above
-    const bool same_slots = c.has_k_cache() && c.k_cache.slots() == c.v_cache.slots() &&
+    // (blocks and block sizes compared, not their products: v_cache is not checked yet)
+    const bool same_slots = c.has_k_cache() && c.k_cache.blocks == c.v_cache.blocks &&
                             c.k_cache.block_size == c.v_cache.block_size;
     if (std::string m =
             check_cache_write("v", c.v, c.v_layout, c.slots, "v_cache", c.v_cache, !same_slots, false);
@@ -374,7 +375,7 @@ bool prologue_steps_sound(const Prologue<T, E, W>& c, std::int64_t head_dim, std
        !c.slots.check(c.k_layout.tokens, c.k_cache.slots(), c.k_cache.block_size).empty()))
     return false;
   if (c.has_v_cache()) {
-    const bool same_slots = c.has_k_cache() && c.k_cache.slots() == c.v_cache.slots() &&
+    const bool same_slots = c.has_k_cache() && c.k_cache.blocks == c.v_cache.blocks &&
                             c.k_cache.block_size == c.v_cache.block_size;
     if (c.v_layout.heads != c.v_cache.heads || !c.v_cache.check().empty() ||
         (!same_slots && !c.slots.check(c.v_layout.tokens, c.v_cache.slots(), c.v_cache.block_size).empty()))
