@@ -174,11 +174,11 @@ inline Isa active_isa() {
 // ---- streaming stores ---------------------------------------------------------------------------
 // A plain store reads its cache line before writing it, so writing N bytes out of place moves 2N
 // through memory; a streaming (non-temporal) store writes whole lines without reading them, and
-// leaves them out of the caches. The AVX-512 kernels write a call's f32 or f64 outputs with
-// streaming stores when the call writes at least stream_min_bytes() bytes, all of them out of place,
-// rotary_dim == head_dim and a multiple of 128 bytes, and every output row starts on a 64-byte
-// boundary (pointer and strides); other calls (16-bit storage among them), other ISAs and the fused
-// ops use plain stores. The bits are the same either way.
+// leaves them out of the caches. The AVX-512 kernels write a call's outputs (f32, f64, f16, bf16)
+// with streaming stores when the call writes at least stream_min_bytes() bytes, all of them out of
+// place, rotary_dim == head_dim and a multiple of 128 bytes, and every output row starts on a 64-byte
+// boundary (pointer and strides); 16-bit rows further need rotary_dim 64 or 128 (256 half-split).
+// Other calls, other ISAs and the fused ops use plain stores. The bits are the same either way.
 // The default is 3/8 of the CPU's last-level cache as cpuid describes it: from there a call's output
 // and its input (as much again) fill more than 3/4 of that cache, so the output cannot stay in it for
 // the next op anyway; never where cpuid describes none. memcpy makes the same choice at its own

@@ -105,9 +105,13 @@ TEST(StreamStores, OnlyWholeAlignedRowsOutOfPlace) {
   EXPECT_TRUE(stream_pays(stream_case<float>(f, f + 32, T, H, 32, 32, H * 32, 32), 0));   // 128 bytes
   EXPECT_FALSE(stream_pays(stream_case<float>(f, f + 32, T, H, 16, 16, H * 16, 16), 0));  // 64 bytes
   EXPECT_FALSE(stream_pays(stream_case<float>(f, f + 8, T, H, 64, 64, H * 64, 64), 0));   // 32-byte off
-  // 16-bit rows never (stream_pays says why), however whole and aligned
-  EXPECT_FALSE(stream_pays(stream_case<rotary::f16>(h, h + 32, T, H, D, D, H * D, D), 0));
-  EXPECT_FALSE(stream_pays(stream_case<rotary::bf16>(b, b + 32, T, H, D, D, H * D, D), 0));
+  // 16-bit rows by the same rule, in their own bytes
+  EXPECT_TRUE(stream_pays(stream_case<rotary::f16>(h, h + 32, T, H, D, D, H * D, D), 0));
+  EXPECT_TRUE(stream_pays(stream_case<rotary::bf16>(b, b + 32, T, H, D, D, H * D, D), 0));
+  EXPECT_TRUE(stream_pays(stream_case<rotary::f16>(h, h + 32, T, H, 64, 64, H * 64, 64), 0));   // 128 bytes
+  EXPECT_FALSE(stream_pays(stream_case<rotary::f16>(h, h + 32, T, H, 32, 32, H * 32, 32), 0));  // 64 bytes
+  EXPECT_FALSE(stream_pays(stream_case<rotary::bf16>(b, b + 16, T, H, D, D, H * D, D), 0));     // 32-byte off
+  EXPECT_FALSE(stream_pays(stream_case<rotary::bf16>(b, b + 32, T, H, D, D, H * D, D), T * H * D * 2 + 1));
   // fused: k written in place keeps the whole call plain
   KernelArgs<float> qk = rows(f, f + 32);
   qk.k = rotary::detail::make_stream<float>(f + 16, rotary::StridedLayout{T, 8, 8 * D, D}, f + 16,
@@ -170,12 +174,17 @@ TEST(StreamStores, KernelsMatchScalar) {
         check_streamed_kernels<float>(p, d, dir);
         check_streamed_kernels<double>(p, d, dir);
       }
+      // 16-bit: the streamed step counts (64, 128; 256 half-split) and rows that decline them (192,
+      // interleaved 256: written plain)
+      for (const std::int64_t d : {64, 128, 192, 256}) {
+        check_streamed_kernels<rotary::f16>(p, d, dir);
+        check_streamed_kernels<rotary::bf16>(p, d, dir);
+      }
     }
 }
 
 // Through the driver: with every call streamed (threshold 0) the entry points give the scalar
-// kernel's bits on every ISA, on aligned outputs (f32, f64: streamed) and outputs one element off
-// (plain), and 16-bit calls (plain) alike.
+// kernel's bits on every ISA, on aligned outputs (streamed) and outputs one element off (plain).
 template <class T>
 void check_streamed_calls(Pairing pairing) {
   const std::int64_t tokens = 29, heads = 6, d = 128;

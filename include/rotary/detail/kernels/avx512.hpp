@@ -200,6 +200,10 @@ struct Narrow : F32 {
   static ROTARY_AVX512_INLINE void store(T* p, Mask m, V v) noexcept {
     _mm256_mask_storeu_epi16(p, m, Convert::narrow(v));
   }
+  // Non-temporal (simd_body.hpp's Streamed): p aligned to 32 bytes.
+  static ROTARY_AVX512_INLINE void stream(T* p, V v) noexcept {
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(p), Convert::narrow(v));
+  }
 };
 
 using F16 = Narrow<f16, F16Convert>;
@@ -284,6 +288,9 @@ struct BF16Hw : BF16 {
   }
   static ROTARY_AVX512_BF16_INLINE void store(T* p, Mask m, V v) noexcept {
     _mm256_mask_storeu_epi16(p, m, narrow(v));
+  }
+  static ROTARY_AVX512_BF16_INLINE void stream(T* p, V v) noexcept {
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(p), narrow(v));
   }
   // vcvtne2ps2bf16 (the same rounding as vcvtneps2bf16) gives [lo's 16 | hi's 16]; one vpermw
   // interleaves them.
@@ -425,7 +432,7 @@ inline constexpr bool kAheadInRegisters = true;
 // lines.
 inline constexpr bool kLineOrder16 = true;
 
-// f32/f64 outputs past the caches are written with streaming stores (simd_body.hpp's Streamed; the
+// Outputs past the caches are written with streaming stores (simd_body.hpp's rotate_streamed; the
 // driver decides per call, stream_pays): a plain store reads its line before writing it, so an
 // output that cannot stay in the caches anyway would cross the memory bus twice.
 inline constexpr bool kStreamStores = true;

@@ -317,18 +317,16 @@ struct CacheRowArgs {
   float inv_scale = 1.0f;   // fp8: 1 / the head's scale, applied in f32 before rounding
 };
 
-// KernelArgs::stream_out for a call the driver validated: T is f32 or f64; it writes min_bytes or
-// more (dispatch.hpp's stream_min_bytes); every stream with heads writes out of place; rotary_dim ==
-// head_dim, a multiple of 128 bytes (each half of a row, and so every vector, whole: no masked or
-// partial stores, no pass-through copies); output rows start on 64-byte boundaries (pointer and both
-// strides), so every vector store is aligned. Bytes in double: an unchecked call's values may be
-// anything. Not 16-bit rows: through rotate_stream streaming pays only while other work competes
-// for memory and costs time when none does, and streaming the register-resident kernels would add
-// much to the compile time of every TU that instantiates them.
+// KernelArgs::stream_out for a call the driver validated: it writes min_bytes or more (dispatch.hpp's
+// stream_min_bytes); every stream with heads writes out of place; rotary_dim == head_dim, a multiple
+// of 128 bytes (each half of a row, and so every vector, whole: no masked or partial stores, no
+// pass-through copies); output rows start on 64-byte boundaries (pointer and both strides), so every
+// vector store is aligned. Bytes in double: an unchecked call's values may be anything. (A kernel
+// may still decline: 16-bit rows stream only through the register-resident kernels of a few step
+// counts, simd_body.hpp's rotate_streamed.)
 template <class T>
 bool stream_pays(const KernelArgs<T>& a, std::int64_t min_bytes) noexcept {
   constexpr auto size = static_cast<std::int64_t>(sizeof(T));
-  if constexpr (size < 4) return false;
   if (a.tokens <= 0 || a.rotary_dim != a.head_dim || a.rotary_dim <= 0 || (a.rotary_dim * size) % 128 != 0)
     return false;
   // a multiple of 64 bytes, in unsigned arithmetic (modulo 2^64, a multiple of 64: exact for any value)

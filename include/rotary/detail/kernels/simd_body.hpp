@@ -14,8 +14,8 @@
 //   kBlockHalfBytes   half rows of at least this many bytes take the blocked order (0: never)
 //   kVectorsPerBlock  vectors per block
 //   copy_u16(in, out, n)   n 16-bit elements, bit for bit, nothing outside them touched
-//   kStreamStores     whether F32::stream and F64::stream exist (non-temporal full-vector stores)
-//                     and KernelArgs::stream_out is honoured; store_fence() orders them (sfence)
+//   kStreamStores     whether every lane-op struct has stream(p, v) (a non-temporal full-vector
+//                     store) and KernelArgs::stream_out is honoured; store_fence() orders them (sfence)
 //   leave_kernel()    what the entry points (rotate_tokens, norm_rows, cache_row) run after the
 //                     kernel, and the norm and cache-row kernels before a scalar tail whose helpers
 //                     may be compiled out of line: x86, clear_upper_state() (cpu.hpp says why); NEON,
@@ -571,10 +571,10 @@ bool run_policy(const KernelArgs<typename P::T>& a, std::int64_t t0, std::int64_
 }
 
 // S with its full-vector stores non-temporal (S::stream): the stores of calls whose outputs go past
-// the caches (KernelArgs::stream_out, on ISAs with kStreamStores; f32 and f64). A plain store reads
-// its line before writing it; a streaming store writes whole lines without reading them, so the call
-// moves its output bytes once instead of twice. Masked stores stay plain. The driver's stream_pays
-// admits only rows whose every full-vector store is aligned to its vector.
+// the caches (KernelArgs::stream_out, on ISAs with kStreamStores). A plain store reads its line
+// before writing it; a streaming store writes whole lines without reading them, so the call moves
+// its output bytes once instead of twice. Masked stores stay plain. The driver's stream_pays admits
+// only rows whose every full-vector store is aligned to its vector.
 template <class Lanes>
 struct Streamed : Lanes {
   using T = typename Lanes::T;
@@ -582,6 +582,56 @@ struct Streamed : Lanes {
   using Lanes::store;
   static ROTARY_KERNEL_INLINE void store(T* p, V v) noexcept { Lanes::stream(p, v); }
 };
+
+// The register-resident kernel of P for rows of exactly `full` steps, K a power of two up to the
+// register budget (the step counts of the rows stream_pays admits: rotary_dim a multiple of 128
+// bytes); false for any other row. 16-bit streamed rows only: through rotate_stream (cos/sin
+// loaded per head and step) interleaved rows lose much of what streaming gains
+// (docs/simd-and-dispatch.md#streaming-stores). Only these few step counts are instantiated, so
+// the TUs that instantiate the kernels do not pay for every K.
+template <class P, int K = 2>
+bool run_streamed_registers(const KernelArgs<typename P::T>& a, std::int64_t full, std::int64_t t0,
+                            std::int64_t t1) noexcept {
+  if constexpr (K > 2 * kMaxRegs / P::kCoefVectors) {
+    return false;
+  } else {
+    if (full == K) {
+      rotate_registers<P, K>(a, t0, t1);
+      return true;
+    }
+    return run_streamed_registers<P, 2 * K>(a, full, t0, t1);
+  }
+}
+
+// Tokens [t0, t1) of a call with stream_out set, with streaming stores, then the fence that orders
+// them; false (nothing written) where this ISA or this row has no streamed kernel. f32 and f64 take
+// rotate_stream (as fast as their register-resident kernels there, and one instantiation per
+// pairing); 16-bit rows the register-resident kernels of their few step counts.
+template <class S>
+bool rotate_streamed(const KernelArgs<typename S::T>& a, std::int64_t t0, std::int64_t t1) noexcept {
+  if constexpr (!kStreamStores) {
+    return false;
+  } else {
+    using W = Streamed<S>;
+    using Interleaved = std::conditional_t<S::kInterleavedPairs, InterleavedPairs<W>, InterleavedDup<W>>;
+    const bool half = a.pairing == Pairing::half_split;
+    if constexpr (sizeof(typename S::T) >= 4) {
+      if (half)
+        rotate_stream<HalfSplit<W>>(a, t0, t1);
+      else
+        rotate_stream<Interleaved>(a, t0, t1);
+    } else {
+      const std::int64_t h = a.rotary_dim / 2;
+      const bool done = half ? h % HalfSplit<W>::kPairs == 0 &&
+                                   run_streamed_registers<HalfSplit<W>>(a, h / HalfSplit<W>::kPairs, t0, t1)
+                             : h % Interleaved::kPairs == 0 &&
+                                   run_streamed_registers<Interleaved>(a, h / Interleaved::kPairs, t0, t1);
+      if (!done) return false;
+    }
+    store_fence();
+    return true;
+  }
+}
 
 // The lane ops of storage type T (f32, f64, f16, bf16; bf16 with the integer rounding).
 template <class T>
@@ -593,19 +643,7 @@ using LanesOf = std::conditional_t<
 // prefers it while a row fits in registers).
 template <class S>
 void rotate_tokens_impl(const KernelArgs<typename S::T>& a, std::int64_t t0, std::int64_t t1) noexcept {
-  if constexpr (kStreamStores && sizeof(typename S::T) >= 4) {  // f32, f64: as stream_pays
-    if (a.stream_out) {  // the streamed kernel with streaming stores, then the fence that orders them
-      using W = Streamed<S>;
-      if (a.pairing == Pairing::half_split)
-        rotate_stream<HalfSplit<W>>(a, t0, t1);
-      else if constexpr (S::kInterleavedPairs)
-        rotate_stream<InterleavedPairs<W>>(a, t0, t1);
-      else
-        rotate_stream<InterleavedDup<W>>(a, t0, t1);
-      store_fence();
-      return;
-    }
-  }
+  if (a.stream_out && rotate_streamed<S>(a, t0, t1)) return;
   if (a.pairing == Pairing::half_split) {
     if constexpr (S::packed_pairs) {
       if (run_policy<HalfSplitPairs<S>>(a, t0, t1, true)) return;
