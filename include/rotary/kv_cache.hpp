@@ -441,14 +441,15 @@ std::string check_cache_apart(const Name& name, const T* p, const StridedLayout&
   return {};
 }
 
-// The whole of a write: rows [tokens, cache.heads] of cache.head_dim, one slot per token.
-// check_slots false: the caller has checked these slots against a cache of the same slots and block
-// size (the result would be the same; at 512 tokens the duplicate check sorts a copy). check_x false:
-// the caller has checked x's view (check_view of l with the cache's head_dim).
+// A write's cache and slots on their own: the cache is sound, has x's heads, and (check_slots)
+// holds every token's slot; (check_x) x's view, with the cache's head_dim. check_slots false: the
+// caller has checked these slots against a cache of the same slots and block size (the result would
+// be the same; at 512 tokens the duplicate check sorts a copy). check_x false: the caller has checked
+// x's view.
 template <class T, class E>
-std::string check_cache_write(const Name& name, const T* x, const StridedLayout& l, const Slots& slots,
-                              const char* cache_name, const KvCacheView<E>& c, bool check_slots = true,
-                              bool check_x = true) {
+std::string check_cache_target(const Name& name, const T* x, const StridedLayout& l, const Slots& slots,
+                               const char* cache_name, const KvCacheView<E>& c, bool check_slots = true,
+                               bool check_x = true) {
   std::string m = c.check();
   if (!m.empty()) return concat(cache_name, ": ", m);
   if (l.heads != c.heads)
@@ -461,6 +462,14 @@ std::string check_cache_write(const Name& name, const T* x, const StridedLayout&
   if (check_slots) {
     if (std::string s = slots.check(l.tokens, c.slots(), c.block_size); !s.empty()) return s;
   }
+  return {};
+}
+
+// A write's buffers against one another (each sound on its own: check_cache_target): the slot
+// values and x apart from the cache and its written scales.
+template <class T, class E>
+std::string check_cache_write_apart(const Name& name, const T* x, const StridedLayout& l, const Slots& slots,
+                                    const char* cache_name, const KvCacheView<E>& c) {
   // Each token's slot is read again when its rows are written, after the earlier tokens' rows (and
   // int8 scales): written over the slot values, they would move a later token's slot, unchecked.
   // (A call of no tokens reads no slot; its sequence count may be anything.)
@@ -474,6 +483,14 @@ std::string check_cache_write(const Name& name, const T* x, const StridedLayout&
                     "tokens' scales are written)");
   }
   return check_cache_apart(name, x, l, c.head_dim, cache_name, c);
+}
+
+// The whole of a write: rows [tokens, cache.heads] of cache.head_dim, one slot per token.
+template <class T, class E>
+std::string check_cache_write(const Name& name, const T* x, const StridedLayout& l, const Slots& slots,
+                              const char* cache_name, const KvCacheView<E>& c) {
+  if (std::string m = check_cache_target(name, x, l, slots, cache_name, c); !m.empty()) return m;
+  return check_cache_write_apart(name, x, l, slots, cache_name, c);
 }
 
 // Writes tokens [t0, t1) of x into their slots.

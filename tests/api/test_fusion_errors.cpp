@@ -875,6 +875,9 @@ TEST(FusedErrors, SkippedPairChecksWouldAllPass) {
     if (whole.empty()) whole = src.check(T_, true);
     if (whole.empty()) whole = rotary::detail::check_prologue_reads(c, D, reads);
     const bool skip_passes = rotary::detail::prologue_steps_sound(c, D, D, Pairing::half_split);
+    ASSERT_EQ(skip_passes, rotary::detail::check_prologue_shapes(c, Pairing::half_split).empty() &&
+                               rotary::detail::prologue_buffers<std::string>(c, D, D).empty())
+        << "case " << i << ": the two forms of the per-buffer tests disagree";
     const bool extents_apart = rotary::detail::prologue_buffers_apart(c, D, reads);
     ASSERT_EQ(rotary::detail::check_fused_call(rope, c, src, true), whole) << "case " << i;
     if (skip_passes && extents_apart) {
@@ -889,12 +892,12 @@ TEST(FusedErrors, SkippedPairChecksWouldAllPass) {
   EXPECT_GT(cases - refused - apart, cases / 100);  // valid, yet only the whole sequence can say so
 }
 
-// check_fused_call tests each buffer on its own with prologue_steps_sound (arithmetic on the views,
-// no strings) and runs the whole sequence of checks only where that answers false. Over valid calls
-// with one to three fields made wrong (a layout's counts or strides, a null pointer, a cache's sizes,
-// strides, data or scales, the slot values and their count, deinterleaving, a norm's eps or weight),
-// the buffers in arrays of their own: the message is always the whole sequence's, so the predicate
-// never passes a call that any test of one buffer refuses. Both outcomes occur often.
+// check_fused_call tests each buffer on its own in arithmetic (prologue_steps_sound: prologue_buffers
+// asked for a bool) and runs the whole sequence of checks only where that answers false. Over valid
+// calls with one to three fields made wrong (a layout's counts or strides, a null pointer, a cache's
+// sizes, strides, data or scales, the slot values and their count, deinterleaving, a norm's eps or
+// weight), the buffers in arrays of their own: the message is always the whole sequence's, and the
+// arithmetic passes exactly the calls whose per-buffer words are empty. Both outcomes occur often.
 TEST(FusedErrors, SoundStepsNeverPassWhatTheSequenceRefuses) {
   const std::int64_t D = 8, B = 2, S = 4;
   const rotary::Rope<float> rope(rotary::RotarySpec(D, Pairing::half_split), 64);
@@ -1010,7 +1013,11 @@ TEST(FusedErrors, SoundStepsNeverPassWhatTheSequenceRefuses) {
     if (whole.empty() && rotates) whole = src.check(c.tokens(), c.q_layout.heads > 0 && c.k_layout.heads > 0);
     if (whole.empty()) whole = rotary::detail::check_prologue_reads(c, D, reads);
     ASSERT_EQ(rotary::detail::check_fused_call(rope, c, src, rotates), whole) << "case " << i;
-    sound += rotary::detail::prologue_steps_sound(c, D, D, Pairing::half_split) ? 1 : 0;
+    const bool arithmetic = rotary::detail::prologue_steps_sound(c, D, D, Pairing::half_split);
+    const bool words = rotary::detail::check_prologue_shapes(c, Pairing::half_split).empty() &&
+                       rotary::detail::prologue_buffers<std::string>(c, D, D).empty();
+    ASSERT_EQ(arithmetic, words) << "case " << i << ": " << whole;
+    sound += arithmetic ? 1 : 0;
     refused += whole.empty() ? 0 : 1;
     ++cases;
   }

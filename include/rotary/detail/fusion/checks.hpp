@@ -198,76 +198,166 @@ std::string check_prologue_shapes(const Prologue<T, E, W>& c, Pairing pairing) {
   return {};
 }
 
-// q and k through the driver's own checks (views, in place or disjoint, q outputs apart from k),
-// and v apart from what the call writes.
+// The answer of a list of tests as Verdict asks for it: bool, the arithmetic alone (no string is
+// built: check_fused_call's fast path), or std::string, the first fault's words (the message the
+// sequence gives). fails(sound, message) runs the test's form for Verdict and says whether it failed;
+// verdict() is the answer after a failure, pass() the answer when none failed.
+template <class Verdict>
+class FirstFault {
+ public:
+  static constexpr bool kArithmetic = std::is_same_v<Verdict, bool>;
+  template <class Sound, class Message>
+  bool fails(const Sound& sound, const Message& message) {
+    if constexpr (kArithmetic) {
+      return !sound();
+    } else {
+      words_ = message();
+      return !words_.empty();
+    }
+  }
+  Verdict verdict() {
+    if constexpr (kArithmetic)
+      return false;
+    else
+      return std::move(words_);
+  }
+  static Verdict pass() {
+    if constexpr (kArithmetic)
+      return true;
+    else
+      return {};
+  }
+
+ private:
+  std::conditional_t<kArithmetic, bool, std::string> words_{};
+};
+
+// One stream's views sound and its input and output the same view or disjoint: check_stream's
+// verdict in arithmetic.
+template <class T>
+bool stream_sound(const StreamArgs<T>& s, std::int64_t tokens, std::int64_t head_dim) noexcept {
+  const auto sound = [&](const T* p, std::ptrdiff_t ts, std::ptrdiff_t hs) {
+    return view_sound(p, tokens, s.heads, ts, hs, head_dim, sizeof(T));
+  };
+  if (!sound(s.in, s.in_token_stride, s.in_head_stride)) return false;
+  return in_place(s) || (sound(s.out, s.out_token_stride, s.out_head_stride) &&
+                         !overlap(in_extent(s, tokens, head_dim), out_extent(s, tokens, head_dim)));
+}
+
+// Each buffer of a fused call on its own, after its shapes: rotary_dim; q's and k's views in and out
+// (k with no output: read only), each the same view as its output or disjoint from it; v's view;
+// each cache, its heads and the slots (once where both caches have the same). The one list of these
+// tests, for both verdicts (FirstFault): check_prologue_steps asks for the words, check_fused_call
+// for the arithmetic (prologue_steps_sound).
+template <class Verdict, class T, class E, class W>
+Verdict prologue_buffers(const Prologue<T, E, W>& c, std::int64_t head_dim, std::int64_t rotary_dim) {
+  FirstFault<Verdict> f;
+  const std::int64_t tokens = c.tokens();
+  const bool q = c.q_layout.heads > 0;
+  const bool k = c.k_layout.heads > 0;
+  // the names check_call gives: "q"/"k" where both are rotated, else the one tensor's own
+  const char* x_name = q ? "q" : "k";
+  const bool both = q && k;
+  const bool rotary_dim_ok = rotary_dim % 2 == 0 && rotary_dim <= head_dim && rotary_dim > 0;
+  if ((q || k) && f.fails([&] { return rotary_dim_ok; },
+                          [&] {
+                            return rotary_dim_ok
+                                       ? std::string()
+                                       : concat("rotary_dim (", rotary_dim,
+                                                ") must be even, positive and <= head_dim (", head_dim, ")");
+                          }))
+    return f.verdict();
+  const auto stream_fails = [&](const char* tensor, const StreamArgs<T>& s) {
+    return f.fails([&] { return stream_sound(s, tokens, head_dim); },
+                   [&] { return check_stream(tensor, s, tokens, head_dim, x_name); });
+  };
+  if (q && stream_fails(both ? "q" : "", make_stream(c.q, c.q_layout, c.q_out, c.q_out_layout)))
+    return f.verdict();
+  // (k with no output: read only, checked as a stream rotated in place)
+  if (k && stream_fails(both ? "k" : "", c.k_out_layout.heads > 0
+                                             ? make_stream(c.k, c.k_layout, c.k_out, c.k_out_layout)
+                                             : make_stream(c.k, c.k_layout, const_cast<T*>(c.k), c.k_layout)))
+    return f.verdict();
+  const StridedLayout& vl = c.v_layout;
+  if (vl.heads > 0 && f.fails(
+                          [&] {
+                            return view_sound(c.v, tokens, vl.heads, vl.token_stride, vl.head_stride,
+                                              c.v_cache.head_dim, sizeof(T));
+                          },
+                          [&] {
+                            return check_view("v", c.v, tokens, vl.heads, vl.token_stride, vl.head_stride,
+                                              c.v_cache.head_dim);
+                          }))
+    return f.verdict();
+  // the caches' own tests (KvCacheView::check and the slots' answer from their arithmetic first)
+  const auto target_sound = [&](const StridedLayout& l, const KvCacheView<E>& cache, bool check_slots) {
+    return l.heads == cache.heads && cache.check().empty() &&
+           (!check_slots || c.slots.check(l.tokens, cache.slots(), cache.block_size).empty());
+  };
+  if (c.has_k_cache() &&
+      f.fails([&] { return c.k_cache.head_dim == head_dim && target_sound(c.k_layout, c.k_cache, true); },
+              [&] {
+                if (c.k_cache.head_dim != head_dim)
+                  return concat("k_cache head_dim (", c.k_cache.head_dim, ") is not the rotator's (",
+                                head_dim, ")");
+                // (k's view was checked above with head_dim, which is k_cache's)
+                return check_cache_target("k", c.k, c.k_layout, c.slots, "k_cache", c.k_cache, true, false);
+              }))
+    return f.verdict();
+  // the slots once where both caches have the same slots and blocks (blocks and block sizes
+  // compared, not their products: v_cache is not checked yet); v's view above
+  const bool same_slots =
+      c.has_k_cache() && c.k_cache.blocks == c.v_cache.blocks && c.k_cache.block_size == c.v_cache.block_size;
+  if (c.has_v_cache() && f.fails([&] { return target_sound(c.v_layout, c.v_cache, !same_slots); },
+                                 [&] {
+                                   return check_cache_target("v", c.v, c.v_layout, c.slots, "v_cache",
+                                                             c.v_cache, !same_slots, false);
+                                 }))
+    return f.verdict();
+  return f.pass();
+}
+
+// q and k apart (the driver's qk_clash), v apart from the outputs written while it is read, and every
+// input and output apart from every cache (each buffer sound on its own: prologue_buffers).
 template <class T, class E, class W>
-std::string check_prologue_views(const Prologue<T, E, W>& c, std::int64_t head_dim, std::int64_t rotary_dim,
-                                 Pairing pairing) {
+std::string check_prologue_views_apart(const Prologue<T, E, W>& c, std::int64_t head_dim) {
   const std::int64_t tokens = c.tokens();
   const bool q = c.q_layout.heads > 0;
   const bool k = c.k_layout.heads > 0;
   const bool v = c.v_layout.heads > 0;
   const bool k_out = c.k_out_layout.heads > 0;
-  KernelArgs<T> a;
-  a.tokens = tokens;
-  a.head_dim = head_dim;
-  a.rotary_dim = rotary_dim;
-  a.pairing = pairing;
-  const auto stream = [](const T* in, const StridedLayout& il, T* out, const StridedLayout& ol) {
-    return make_stream(in, il, out, ol);
-  };
-  if (q) a.q = stream(c.q, c.q_layout, c.q_out, c.q_out_layout);
-  if (k) a.k = k_out ? stream(c.k, c.k_layout, c.k_out, c.k_out_layout)
-                     : stream(c.k, c.k_layout, const_cast<T*>(c.k), c.k_layout);  // read only
-  if (!q) std::swap(a.q, a.k);
-  if (q || k) {
-    if (std::string m = check_call(a, q ? "q" : "k"); !m.empty()) return m;
+  if (q && k) {
+    KernelArgs<T> a;
+    a.tokens = tokens;
+    a.head_dim = head_dim;
+    a.q = make_stream(c.q, c.q_layout, c.q_out, c.q_out_layout);
+    a.k = k_out ? make_stream(c.k, c.k_layout, c.k_out, c.k_out_layout)
+                : make_stream(c.k, c.k_layout, const_cast<T*>(c.k), c.k_layout);  // read only
+    if (std::string m = qk_clash(a); !m.empty()) return m;
   }
   if (v) {
-    if (std::string m = check_view("v", c.v, tokens, c.v_layout.heads, c.v_layout.token_stride,
-                                   c.v_layout.head_stride, c.v_cache.head_dim);
-        !m.empty())
-      return m;
     // an output written while v is read: apart, or other heads of the same token rows (packed qkv)
     const StridedRows v_rows =
         token_rows(c.v, c.v_cache.head_dim, tokens, c.v_layout.token_stride, c.v_layout.heads, c.v_layout.head_stride);
     const auto clashes = [&](const T* out, std::int64_t heads, const StridedLayout& ol) {
-      return !token_rows(out, head_dim, tokens, ol.token_stride, heads, ol.head_stride)
-                  .apart(v_rows);
+      return !token_rows(out, head_dim, tokens, ol.token_stride, heads, ol.head_stride).apart(v_rows);
     };
     if (q && clashes(c.q_out, c.q_layout.heads, c.q_out_layout)) return "q output and v share memory";
     if (k_out && clashes(c.k_out, c.k_layout.heads, c.k_out_layout)) return "k output and v share memory";
   }
-  return {};
-}
-
-// The cache writes (slots, views) and every input and output apart from every cache.
-template <class T, class E, class W>
-std::string check_prologue_caches(const Prologue<T, E, W>& c, std::int64_t head_dim) {
-  const std::int64_t tokens = c.tokens();
-  const bool q = c.q_layout.heads > 0;
-  const bool k = c.k_layout.heads > 0;
-  const bool v = c.v_layout.heads > 0;
-  const bool k_out = c.k_out_layout.heads > 0;
+  // each cache's own write: the slot values and its input apart from it
   if (c.has_k_cache()) {
-    if (c.k_cache.head_dim != head_dim)
-      return concat("k_cache head_dim (", c.k_cache.head_dim, ") is not the rotator's (", head_dim, ")");
-    // (k's view was checked above with head_dim, which is k_cache's)
-    if (std::string m = check_cache_write("k", c.k, c.k_layout, c.slots, "k_cache", c.k_cache, true, false);
+    if (std::string m = check_cache_write_apart("k", c.k, c.k_layout, c.slots, "k_cache", c.k_cache);
         !m.empty())
       return m;
   }
-  if (c.has_v_cache()) {  // the slots once where both caches have the same slots and blocks; v's view above
-    // (blocks and block sizes compared, not their products: v_cache is not checked yet)
-    const bool same_slots = c.has_k_cache() && c.k_cache.blocks == c.v_cache.blocks &&
-                            c.k_cache.block_size == c.v_cache.block_size;
-    if (std::string m =
-            check_cache_write("v", c.v, c.v_layout, c.slots, "v_cache", c.v_cache, !same_slots, false);
+  if (c.has_v_cache()) {
+    if (std::string m = check_cache_write_apart("v", c.v, c.v_layout, c.slots, "v_cache", c.v_cache);
         !m.empty())
       return m;
   }
-  // Every input and output apart from every cache (k from k_cache and v from v_cache were checked
-  // above; q in place once); the two caches apart, or side by side in the same rows (MLA).
+  // Every other input and output apart from every cache (q in place once); the two caches apart, or
+  // side by side in the same rows (MLA).
   const bool q_in_place =
       q && token_rows(c.q, head_dim, tokens, c.q_layout.token_stride, c.q_layout.heads, c.q_layout.head_stride)
                .same(q_out_rows(c, head_dim));
@@ -328,13 +418,10 @@ std::string check_prologue_weights(const Prologue<T, E, W>& c, std::int64_t head
   return {};
 }
 
-// Every check of a fused call, in order.
+// Every test of one buffer against another, in order (each buffer sound on its own).
 template <class T, class E, class W>
-std::string check_prologue_steps(const Prologue<T, E, W>& c, std::int64_t head_dim, std::int64_t rotary_dim,
-                                 Pairing pairing) {
-  if (std::string m = check_prologue_shapes(c, pairing); !m.empty()) return m;
-  if (std::string m = check_prologue_views(c, head_dim, rotary_dim, pairing); !m.empty()) return m;
-  if (std::string m = check_prologue_caches(c, head_dim); !m.empty()) return m;
+std::string check_prologue_apart(const Prologue<T, E, W>& c, std::int64_t head_dim) {
+  if (std::string m = check_prologue_views_apart(c, head_dim); !m.empty()) return m;
   if (std::string m = check_prologue_weights(c, head_dim); !m.empty()) return m;
   if (c.has_k_cache() && c.has_v_cache()) {
     if (caches_share_rows(c.k_cache, c.v_cache))
@@ -348,40 +435,23 @@ std::string check_prologue_steps(const Prologue<T, E, W>& c, std::int64_t head_d
   return {};
 }
 
-// Whether every test of check_prologue_steps of one buffer on its own passes: the shapes, each view
-// (view_sound: arithmetic, no strings), each cache and the slots. The tests of one buffer against
-// another are prologue_buffers_apart's to spare. False where unsure (a view of no rows), and the
-// caller runs the whole sequence.
+// Every check of a fused call's own arguments, in order: its shapes, each buffer on its own, then
+// the buffers against one another.
+template <class T, class E, class W>
+std::string check_prologue_steps(const Prologue<T, E, W>& c, std::int64_t head_dim, std::int64_t rotary_dim,
+                                 Pairing pairing) {
+  if (std::string m = check_prologue_shapes(c, pairing); !m.empty()) return m;
+  if (std::string m = prologue_buffers<std::string>(c, head_dim, rotary_dim); !m.empty()) return m;
+  return check_prologue_apart(c, head_dim);
+}
+
+// Whether every test of check_prologue_steps of one buffer on its own passes (the shapes, then
+// prologue_buffers in arithmetic). The tests of one buffer against another are
+// prologue_buffers_apart's to spare.
 template <class T, class E, class W>
 bool prologue_steps_sound(const Prologue<T, E, W>& c, std::int64_t head_dim, std::int64_t rotary_dim,
                           Pairing pairing) {
-  if (!check_prologue_shapes(c, pairing).empty()) return false;
-  const std::int64_t tokens = c.tokens();
-  const bool q = c.q_layout.heads > 0;
-  const bool k = c.k_layout.heads > 0;
-  const auto sound = [tokens](const T* p, const StridedLayout& l, std::int64_t d) {
-    return view_sound(p, tokens, l.heads, l.token_stride, l.head_stride, d, sizeof(T));
-  };
-  // check_prologue_views: rotary_dim, q's and k's views in and out (k with no output: read only), v's
-  if ((q || k) && (rotary_dim % 2 != 0 || rotary_dim <= 0 || rotary_dim > head_dim)) return false;
-  if (q && !(sound(c.q, c.q_layout, head_dim) && sound(c.q_out, c.q_out_layout, head_dim))) return false;
-  if (k && !(sound(c.k, c.k_layout, head_dim) &&
-             (c.k_out_layout.heads == 0 || sound(c.k_out, c.k_out_layout, head_dim))))
-    return false;
-  if (c.v_layout.heads > 0 && !sound(c.v, c.v_layout, c.v_cache.head_dim)) return false;
-  // check_prologue_caches: each cache, its heads, the slots (once where both caches have the same)
-  if (c.has_k_cache() &&
-      (c.k_cache.head_dim != head_dim || c.k_layout.heads != c.k_cache.heads || !c.k_cache.check().empty() ||
-       !c.slots.check(c.k_layout.tokens, c.k_cache.slots(), c.k_cache.block_size).empty()))
-    return false;
-  if (c.has_v_cache()) {
-    const bool same_slots = c.has_k_cache() && c.k_cache.blocks == c.v_cache.blocks &&
-                            c.k_cache.block_size == c.v_cache.block_size;
-    if (c.v_layout.heads != c.v_cache.heads || !c.v_cache.check().empty() ||
-        (!same_slots && !c.slots.check(c.v_layout.tokens, c.v_cache.slots(), c.v_cache.block_size).empty()))
-      return false;
-  }
-  return true;
+  return check_prologue_shapes(c, pairing).empty() && prologue_buffers<bool>(c, head_dim, rotary_dim);
 }
 
 // How a fused call's two caches came to it: as given (any two views), or cut by the call itself from one
@@ -441,7 +511,7 @@ bool prologue_buffers_apart(const Prologue<T, E, W>& c, std::int64_t head_dim, c
     const Extent k = rows(c.k, head_dim, c.k_layout);
     if (c.k_out_layout.heads == 0) {
       // k only read (rotated into the cache alone: MLA's k_pe beside its latent in one row), but
-      // checked as a stream rotated in place (check_prologue_views), whose output q's input may
+      // checked as a stream rotated in place (prologue_buffers), whose output q's input may
       // not meet, even where the call only reads both
       add(k, false);
       if (overlap(k, q_read_only)) return false;

@@ -330,12 +330,14 @@ class PrologueRunner {
 };
 
 // Every check of a fused call over row source src, in the order of its messages: the call's own
-// (check_prologue_steps), the source's (no rows of the keys' own, its positions), then what the call
-// writes apart from what it reads (the source's reads, the slot values). A decode-sized call spends
-// as much on its checks as on its work, and most of them test one buffer against another: where the
-// byte extents show every buffer apart (prologue_buffers_apart), only the tests of each buffer on its
-// own run. Otherwise (and whenever a test fails) the whole sequence does, so a message is always the
-// first the whole sequence finds.
+// (check_prologue_steps: its shapes and each buffer on its own, then the buffers against one
+// another), the source's (no rows of the keys' own, its positions), then what the call writes apart
+// from what it reads (the source's reads, the slot values). A decode-sized call spends as much on its
+// checks as on its work, and most of them test one buffer against another: where every buffer is
+// sound on its own (prologue_steps_sound: the same tests in arithmetic) and the byte extents show
+// every buffer apart (prologue_buffers_apart), nothing else of check_prologue_steps can fail and
+// none of it runs. Otherwise the whole sequence does, so a message is always the first the whole
+// sequence finds.
 template <class R, class T, class E, class W, class Source>
 std::string check_fused_call(const R& r, const Prologue<T, E, W>& c, const Source& src, bool rotates,
                              CachePair caches = CachePair::given) {
