@@ -163,8 +163,10 @@ class ReadExtents {
   static constexpr std::size_t kCapacity = kSourceReads + 1;
   // cppcheck-suppress uninitMemberVar  ; entries_ is read up to n_ only
   ReadExtents() noexcept {}  // NOLINT(modernize-use-equals-default): = default would zero the entries
-  // (beyond kCapacity nothing is added: the sources' counts are bounded above, static_assert-ed)
+  // The sources' counts are bounded above (static_assert-ed on the largest); past kCapacity a debug
+  // build stops here, a release build adds nothing more.
   void add(const char* name, const Extent& x) noexcept {
+    ROTARY_ASSERT(n_ < kCapacity && "ReadExtents: more reads than kCapacity");
     if (n_ < kCapacity) entries_[n_++] = Entry{name, x.lo, x.hi};
   }
   std::size_t size() const noexcept { return n_; }
