@@ -88,8 +88,8 @@ struct PerTokenRows {
 template <class T, class RowOf>
 void rerotate_rows(const Rope<T>& rope, T* x, const StridedLayout& l, const Positions& positions,
                    const Positions& deltas, const RowOf& row_of, const ParallelFor& parallel) {
-  const KernelArgs<T> a = call_args(rope.head_dim(), rope.rotary_dim(), rope.pairing(), make_stream<T>(x, l, x, l),
-                                    StreamArgs<T>{}, l.tokens, Direction::forward);
+  KernelArgs<T> a = call_args(rope.head_dim(), rope.rotary_dim(), rope.pairing(), make_stream<T>(x, l, x, l),
+                              StreamArgs<T>{}, l.tokens, Direction::forward);
   check_and_dispatch(true, PerTokenRows<compute_t<T>, RowOf>{&row_of, rope.rotary_dim(), positions, deltas}, a, parallel,
         "keys");
 }

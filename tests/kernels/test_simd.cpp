@@ -532,6 +532,29 @@ TEST(PrefetchRows, Only16BitRowsBeyondTheCaches) {
   constexpr std::int64_t kMin = std::numeric_limits<std::int64_t>::min();
   EXPECT_EQ((prefetch_pays<B>(kMax, 64, {kMax, kMin, kMin}, {kMax, kMax, kMax})), Ahead::gapped);
   EXPECT_EQ((prefetch_pays<B>(kMin, kMin, {kMin, kMin, kMin}, none)), Ahead::none);
+  // at the span threshold (1 MiB): 2 gapped heads of 64 rotated values a token, 512 (n + 1) bytes for
+  // n tokens, whichever way the strides run: small calls decide in integers (small_span), exactly
+  EXPECT_EQ((prefetch_pays<B>(2047, 64, {2, 256, 128}, none)), Ahead::gapped);
+  EXPECT_EQ((prefetch_pays<B>(2046, 64, {2, 256, 128}, none)), Ahead::none);
+  EXPECT_EQ((prefetch_pays<B>(2047, 64, none, {2, -256, -128})), Ahead::gapped);
+  EXPECT_EQ((prefetch_pays<B>(2046, 64, none, {2, -256, -128})), Ahead::none);
+}
+
+// small_span: the elements q and k span, exact in integers while every value lies within
+// (-2^30, 2^30); -1 (the double estimate's turn) from there on.
+TEST(PrefetchRows, SmallSpanIsExactWithinItsBounds) {
+  using rotary::detail::small_span;
+  const rotary::detail::RowSpan none{0, 0, 0};
+  constexpr std::int64_t kEdge = (std::int64_t{1} << 30) - 1;
+  EXPECT_EQ(small_span(2047, {2, 256, 128}, none), 256 * 2048);
+  EXPECT_EQ(small_span(2047, {2, -256, -128}, {8, 8 * 128, 128}), 256 * 2048 + 2047 * 8 * 128 + 8 * 128);
+  EXPECT_EQ(small_span(0, {32, 4096, 128}, none), 0);
+  EXPECT_EQ(small_span(5, {0, 4096, 128}, none), 0);  // no heads: nothing read
+  EXPECT_EQ(small_span(kEdge, {kEdge, -kEdge, kEdge}, {kEdge, kEdge, -kEdge}), 4 * kEdge * kEdge);
+  EXPECT_EQ(small_span(kEdge + 1, {1, 1, 1}, none), -1);
+  EXPECT_EQ(small_span(1, {1, -kEdge - 1, 1}, none), -1);
+  EXPECT_EQ(small_span(1, none, {kEdge + 1, 1, 1}), -1);
+  EXPECT_EQ(small_span(1, none, {1, 1, std::numeric_limits<std::int64_t>::min()}), -1);
 }
 
 // apply_strided(rope of rotary_dim, x + offset, l) in place under every ISA from the same random

@@ -454,7 +454,7 @@ void varlen_qk(bool checked, const R& r, const T* q_in, const StridedLayout& qil
                const batch_positions_t<R>& pos, Direction dir, const ParallelFor& parallel) {
   std::vector<std::int64_t> lengths;
   // The arguments are only copied here; the layouts are checked first below.
-  const KernelArgs<T> a = strided_qk_args(r, q_in, qil, q_out, qol, k_in, kil, k_out, kol, dir);
+  KernelArgs<T> a = strided_qk_args(r, q_in, qil, q_out, qol, k_in, kil, k_out, kol, dir);
   // The shapes first (before anything is sized by the token count), then cu_seqlens and the
   // positions, then the outputs apart from what the call reads besides the source's rows (checked
   // with the source below: the per-token array it is handed, a caller's table). All before any write.

@@ -33,7 +33,7 @@ using rotator_positions_t = typename rotator_traits<R>::positions_type;
 template <class R, class T>
 void rotate_sequence(bool checked, const R& r, const StreamArgs<T>& q, const StreamArgs<T>& k, std::int64_t tokens,
             const rotator_positions_t<R>& p, Direction dir, const ParallelFor& parallel) {
-  const KernelArgs<T> a = call_args(r.head_dim(), r.rotary_dim(), r.pairing(), q, k, tokens, dir);
+  KernelArgs<T> a = call_args(r.head_dim(), r.rotary_dim(), r.pairing(), q, k, tokens, dir);
   rotator_traits<R>::with_rows(r, p, dir, [&](const auto& src) { check_and_dispatch(checked, src, a, parallel); });
 }
 
@@ -68,7 +68,7 @@ void strided_qk_sequence(bool checked, const R& r, const T* q_in, const StridedL
                 const StridedLayout& kol, const rotator_positions_t<R>& p, Direction dir,
                 const ParallelFor& parallel) {
   require(checked, [&] { return check_strided_qk_layouts(qil, qol, kil, kol); });
-  const KernelArgs<T> a = strided_qk_args(r, q_in, qil, q_out, qol, k_in, kil, k_out, kol, dir);
+  KernelArgs<T> a = strided_qk_args(r, q_in, qil, q_out, qol, k_in, kil, k_out, kol, dir);
   rotator_traits<R>::with_rows(r, p, dir, [&](const auto& src) { check_and_dispatch(checked, src, a, parallel); });
 }
 

@@ -143,6 +143,25 @@ struct RowSpan {
   std::ptrdiff_t head_stride;
 };
 
+// The elements rows q and k span (prefetch_pays' span in elements), exact in integers where every
+// value lies within (-2^30, 2^30), as at decode and in short prefills; -1 for any other call, which
+// prefetch_pays estimates in double instead. (The streams are read through pointers: copying a
+// RowSpan the caller has just written loads it 16 bytes at a time from 8-byte stores, which the
+// store buffer cannot forward.)
+inline std::int64_t small_span(std::int64_t tokens, const RowSpan& q, const RowSpan& k) noexcept {
+  constexpr std::int64_t kBound = std::int64_t{1} << 30;
+  const auto small = [](std::int64_t v) { return v > -kBound && v < kBound; };
+  if (!small(tokens)) return -1;
+  std::int64_t span = 0;
+  for (const RowSpan* s : {&q, &k}) {
+    if (!small(s->heads) || !small(s->token_stride) || !small(s->head_stride)) return -1;
+    if (s->heads > 0 && tokens > 0)
+      span += tokens * (s->token_stride < 0 ? -s->token_stride : s->token_stride) +
+              s->heads * (s->head_stride < 0 ? -s->head_stride : s->head_stride);
+  }
+  return span;
+}
+
 // KernelArgs::prefetch for `tokens` tokens of rows q and k of which rotary_dim values of T are read:
 // none unless T is 16-bit and the rows span kPrefetchSpanBytes or more; then gapped where the rows of
 // q or of k leave at least a cache line unread between one row's values and the next row's (a rope
@@ -152,11 +171,15 @@ struct RowSpan {
 // conversions put more instructions per row in the out-of-order window, which then holds fewer rows'
 // misses at once; asking for rows 16 on restores that overlap. Never f32, whose rows keep enough
 // misses in flight without it: the hint gains them nothing and can cost.
-// Called before the driver validates the call: any int64 values, in double (no overflow, no abs of
-// INT64_MIN; an estimate is enough for a hint).
+// Called before the driver validates the call, with any int64 values: small calls decided exactly in
+// integers (small_span), others in double (no overflow, no abs of INT64_MIN; an estimate is enough
+// for a hint).
 template <class T>
 Ahead prefetch_pays(std::int64_t tokens, std::int64_t rotary_dim, const RowSpan& q, const RowSpan& k) noexcept {
   if constexpr (sizeof(T) != 2) return Ahead::none;
+  const std::int64_t elements = small_span(tokens, q, k);
+  if (elements >= 0 && elements * static_cast<std::int64_t>(sizeof(T)) < kPrefetchSpanBytes)
+    return Ahead::none;
   const auto magnitude = [](std::int64_t v) { return std::fabs(static_cast<double>(v)); };
   const double size = sizeof(T);
   double span = 0;
