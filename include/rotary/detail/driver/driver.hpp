@@ -284,7 +284,7 @@ struct GeneratedRows {
 // Runs a validated call: the kernel is chosen once per call (never per row); rows come from the
 // source, per block where it makes them. `a` is completed in place (stream_out, the rows) and run
 // from there: a copy taken here would reload the caller's fresh 8-byte stores 16 bytes at a time,
-// which the store buffer cannot forward (a decode call's largest fixed cost after the kernel).
+// which the store buffer cannot forward.
 template <class T, class Source>
 void dispatch_call(const Source& src, KernelArgs<T>& a, const ParallelFor& parallel) {
   using C = compute_t<T>;
