@@ -5,6 +5,7 @@
 // VARIANT for the same reason: two identical template instances in one program are folded into one
 // by the linker, and both variants would then time the same code.
 //   apply/<pairing>/<dtype>/<checked|unchecked>/tokens:1      32 heads x 128, out of place
+//   apply/<pairing>/<dtype>/onthefly/tokens:1                 the unchecked call, cache-free rows
 //   apply/<pairing>/f16/table_onnx/tokens:1                   the same on ONNX's f16 cos/sin caches
 //   <op>/<dtype>/<fused|unfused>/tokens:<1|16>                 32 q + 8 kv heads x 128, in place,
 //       op: rope_kv_write, qkv_split_rope (paged caches [blocks, 16, 8, 128]), qk_norm_rope
@@ -61,6 +62,12 @@ void add_apply(std::map<std::string, Runner>& m, const std::string& dtype, rotar
     Eigen::Map<const RowMatrix<T>> x(s->in.p, kQ, kD);
     Eigen::Map<RowMatrix<T>> y(s->out.p, kQ, kD);
     unchecked::apply(s->rope, x, y, Positions::contiguous(100), kQ);
+  };
+  auto fly = std::make_shared<const Rope<T>>(RotarySpec(kD, pairing), OnTheFly{});
+  m[name + "onthefly/tokens:1"] = [s, fly] {
+    Eigen::Map<const RowMatrix<T>> x(s->in.p, kQ, kD);
+    Eigen::Map<RowMatrix<T>> y(s->out.p, kQ, kD);
+    unchecked::apply(*fly, x, y, Positions::contiguous(100), kQ);
   };
 }
 

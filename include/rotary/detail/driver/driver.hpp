@@ -296,7 +296,9 @@ void dispatch_call(const Source& src, KernelArgs<T>& a, const ParallelFor& paral
                      [&a, kernel](std::int64_t begin, std::int64_t end) { run_tokens(kernel, a, begin, end); });
   } else {
     const bool split = a.k.heads > 0 && src.separate_key_rows();
-    const auto blocks = [&src, &a, kernel, split](std::int64_t begin, std::int64_t end) {
+    // Tokens [begin, end) from qa (a's streams; with split rows, q's only), rows made per block.
+    const auto run_blocks = [&src, &a, kernel, split](KernelArgs<T>& qa, std::int64_t begin,
+                                                      std::int64_t end) {
       constexpr std::int64_t kBlock = Source::kBlock;
       const std::int64_t first = begin / kBlock * kBlock;
       // Scratch for one block, no larger than the range needs (a decode step fills one row).
@@ -305,8 +307,6 @@ void dispatch_call(const Source& src, KernelArgs<T>& a, const ParallelFor& paral
       ScratchBuffer<C> rows(split ? 2 * per_stream : per_stream);
       C* key_rows = split ? rows.data() + per_stream : nullptr;
       auto scratch = src.scratch();
-      KernelArgs<T> qa = a;  // with split rows: q's heads here, k's in a copy made below
-      if (split) qa.k = StreamArgs<T>{};
       for (std::int64_t t = first; t < end; t += kBlock) {
         const std::int64_t from = std::max(t, begin);
         const std::int64_t stop = std::min(end, t + kBlock);
@@ -322,7 +322,19 @@ void dispatch_call(const Source& src, KernelArgs<T>& a, const ParallelFor& paral
         }
       }
     };
-    for_token_ranges(a.tokens, token_bytes(a), parallel, blocks);
+    // A call that runs on the caller alone (no ParallelFor, or one token: for_token_ranges would not
+    // split it) runs from `a` itself. Threads each need a copy of their own, and a copy reloads a's
+    // fresh 8-byte stores 16 bytes at a time, which the store buffer cannot forward.
+    if (!split && (!parallel || a.tokens < 2)) {
+      run_blocks(a, 0, a.tokens);
+      return;
+    }
+    for_token_ranges(a.tokens, token_bytes(a), parallel,
+                     [&a, &run_blocks, split](std::int64_t begin, std::int64_t end) {
+                       KernelArgs<T> qa = a;
+                       if (split) qa.k = StreamArgs<T>{};
+                       run_blocks(qa, begin, end);
+                     });
   }
 }
 
