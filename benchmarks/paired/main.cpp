@@ -51,10 +51,16 @@ int main(int argc, char** argv) {
   auto old_cases = make_old();
   g_arena_used = 0;
   auto new_cases = make_new();
+  // a substring of the names, or with a trailing '$' their end ("tokens:1$": not tokens:16)
+  const bool at_end = !filter.empty() && filter.back() == '$';
+  const std::string part = at_end ? filter.substr(0, filter.size() - 1) : filter;
+  const auto matches = [&](const std::string& name) {
+    if (!at_end) return name.find(part) != std::string::npos;
+    return name.size() >= part.size() && name.compare(name.size() - part.size(), part.size(), part) == 0;
+  };
   std::vector<std::string> names;
   for (const auto& entry : new_cases)
-    if (old_cases.count(entry.first) != 0 && entry.first.find(filter) != std::string::npos)
-      names.push_back(entry.first);
+    if (old_cases.count(entry.first) != 0 && matches(entry.first)) names.push_back(entry.first);
   if (names.empty() || rounds < 1 || batch < 1) {
     std::fprintf(stderr, "paired: no case matches '%s' (or rounds / batch < 1)\n", filter.c_str());
     return 2;

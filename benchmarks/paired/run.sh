@@ -4,7 +4,10 @@
 # timed in alternating batches. A change to the decode path or the fused prologues is measured
 # this way before the benchmark suite's summary can show it (docs/benchmarks.md).
 #   bash benchmarks/paired/run.sh [REV [ROUNDS [FILTER]]]   (REV default HEAD, ROUNDS 300, FILTER a
-#                                                             substring of the case names, e.g. "fused")
+#                                                             substring of the case names, e.g. "fused";
+#                                                             with a trailing $ their end: "tokens:1$")
+# Cases timed together run in turn, a batch of each per round, so a batch starts on the caches the
+# case before it left: time a case alone (a whole name and $) to see it without the others.
 # REV == the working tree's state gives the noise floor: ratios of 1 within their p25 - p75.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
